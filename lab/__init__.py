@@ -1,0 +1,1 @@
+"""The simulated GPU fleet: Debian hosts in namespaces, a fake NVIDIA driver and NVML, faults."""

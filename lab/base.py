@@ -1,0 +1,312 @@
+"""The lab's base image: one Debian root built once with debootstrap, cached, shared read-only by every host.
+
+Two cache levels under the cache directory:
+
+* ``debootstrap-<suite>/``: the plain debootstrap result (needs the Debian mirror; ~40 s, ~290 MB).
+* ``base-<key>/``: that root customised for the lab (its apt repository, the simulated NVIDIA driver and
+  kernels installed, sshd configured, the lab's shims), plus the repository and native binaries. ``key``
+  hashes every input, so a change to the lab's packages or native code rebuilds it (seconds, no network).
+
+Each level is built in a temporary directory and renamed into place at the end: an interrupted build leaves
+nothing that looks finished.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.util
+import os
+import shutil
+import subprocess
+import tempfile
+import urllib.error
+import urllib.request
+from dataclasses import dataclass
+from pathlib import Path
+
+from remediation.errors import LabError
+
+from . import packages
+from .config import LabConfig
+
+LAB_DIR = Path(__file__).resolve().parent
+NATIVE = LAB_DIR / "native"
+HOSTFILES = LAB_DIR / "hostfiles"
+DEBOOTSTRAP_INCLUDE = ("openssh-server", "python3", "apt-utils", "unattended-upgrades", "cron", "procps")
+REPO_MOUNT = "/srv/gpulab-repo"
+BASE_FORMAT = "2"
+
+
+@dataclass(frozen=True)
+class Base:
+    """A finished base: the host root, the apt repository and the native binaries."""
+
+    path: Path
+
+    @property
+    def root(self) -> Path:
+        return self.path / "root"
+
+    @property
+    def repo(self) -> Path:
+        return self.path / "repo"
+
+    @property
+    def init(self) -> Path:
+        return self.path / "native" / "gpulab-init"
+
+
+def _inputs() -> list[Path]:
+    files = [LAB_DIR / "base.py", LAB_DIR / "packages.py"]
+    files += sorted(p for p in HOSTFILES.iterdir() if p.is_file())
+    files += sorted(NATIVE.glob("*.c"))
+    return files
+
+
+def base_key() -> str:
+    h = hashlib.sha256(BASE_FORMAT.encode())
+    for f in _inputs():
+        h.update(f.name.encode())
+        h.update(f.read_bytes())
+    h.update(_pynvml_source().read_bytes())
+    return h.hexdigest()[:16]
+
+
+def _pynvml_source() -> Path:
+    spec = importlib.util.find_spec("pynvml")
+    if spec is None or spec.origin is None:
+        raise LabError("pynvml is not installed on the controller: install the project (pip install -e .)")
+    return Path(spec.origin)
+
+
+def _run(cmd: list[str], log: Path, what: str, **kw: object) -> None:
+    with log.open("a") as out:
+        out.write(f"\n$ {' '.join(cmd)}\n")
+        out.flush()
+        proc = subprocess.run(cmd, stdout=out, stderr=subprocess.STDOUT, check=False, **kw)  # type: ignore[call-overload]
+    if proc.returncode != 0:
+        raise LabError(f"lab base: {what} failed (exit {proc.returncode}); see {log}")
+
+
+def _mirror_reachable(mirror: str, suite: str) -> str | None:
+    url = f"{mirror.rstrip('/')}/dists/{suite}/Release"
+    try:
+        with urllib.request.urlopen(url, timeout=10) as resp:  # noqa: S310 - the configured Debian mirror
+            resp.read(64)
+        return None
+    except (urllib.error.URLError, OSError, ValueError) as exc:
+        return str(getattr(exc, "reason", exc))
+
+
+def ensure_debootstrap(cfg: LabConfig, log: Path) -> Path:
+    target = cfg.cache / f"debootstrap-{cfg.suite}"
+    if (target / ".gpulab-complete").exists():
+        return target
+    if shutil.which("debootstrap") is None:
+        raise LabError("debootstrap not found: install it (apt-get install debootstrap; the README's setup does)")
+    why = _mirror_reachable(cfg.mirror, cfg.suite)
+    if why is not None:
+        raise LabError(
+            f"lab base not built (no {target}) and the Debian mirror {cfg.mirror} is unreachable ({why}):"
+            " build it once with network access, or set lab.mirror / GPULAB_MIRROR to a reachable mirror"
+        )
+    cfg.cache.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".debootstrap-{cfg.suite}-", dir=cfg.cache))
+    try:
+        _run(
+            [
+                "debootstrap",
+                "--variant=minbase",
+                f"--include={','.join(DEBOOTSTRAP_INCLUDE)}",
+                cfg.suite,
+                str(tmp),
+                cfg.mirror,
+            ],
+            log,
+            f"debootstrap {cfg.suite} from {cfg.mirror}",
+        )
+        (tmp / ".gpulab-complete").write_text("ok\n")
+        os.replace(tmp, target) if not target.exists() else shutil.rmtree(tmp)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return target
+
+
+def _build_native(out: Path) -> dict[str, Path]:
+    from .native.build import NativeBuildError, build_native  # the simulated NVML and uname preload
+
+    libs: dict[str, Path] = {}
+    for version in packages.DRIVERS:
+        try:
+            built = build_native(out / version, version)
+        except NativeBuildError as exc:
+            raise LabError(str(exc).splitlines()[0]) from exc
+        libs[version] = built["nvml"]
+        libs["uname"] = built["uname_preload"]
+    init = out / "gpulab-init"
+    proc = subprocess.run(
+        ["gcc", "-O2", "-Wall", "-Werror", "-o", str(init), str(NATIVE / "labinit.c")],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    if proc.returncode != 0:
+        raise LabError(f"could not compile lab/native/labinit.c: {proc.stderr.strip()}")
+    libs["init"] = init
+    return libs
+
+
+CUSTOMIZE = r"""
+set -eu
+R=$1; REPO=$2
+mkdir -p "$R{repo_mount}"
+mount --bind "$REPO" "$R{repo_mount}"
+mount -o remount,bind,ro "$R{repo_mount}"
+mount -t proc proc "$R/proc"
+mount -t tmpfs -o mode=755 tmpfs "$R/dev"
+for d in null zero full random urandom; do touch "$R/dev/$d"; mount --bind "/dev/$d" "$R/dev/$d"; done
+mount -t tmpfs -o mode=755 tmpfs "$R/run"
+mkdir -p "$R/run/lock"
+printf '#!/bin/sh\nexit 101\n' > "$R/usr/sbin/policy-rc.d"; chmod 755 "$R/usr/sbin/policy-rc.d"
+export DEBIAN_FRONTEND=noninteractive LC_ALL=C PATH=/usr/sbin:/usr/bin:/sbin:/bin
+chroot "$R" apt-get update -q
+chroot "$R" apt-get install -y -q --no-install-recommends {install}
+chroot "$R" apt-mark auto {auto} >/dev/null
+chroot "$R" apt-get clean
+chroot "$R" dpkg-divert --local --rename --add /usr/bin/dmesg
+rm -f "$R/usr/sbin/policy-rc.d"
+"""
+
+
+def _customize(root: Path, repo: Path, native: dict[str, Path], log: Path) -> None:
+    # Sources: only the lab repository (hosts have no network); Debian's lists are dropped so that hosts do
+    # not rebuild ~70 MB of apt caches in their overlays.
+    (root / "etc/apt/sources.list").unlink(missing_ok=True)
+    for lists in (root / "var/lib/apt/lists").glob("*_dists_*"):
+        lists.unlink()
+    (root / "etc/apt/sources.list.d/gpulab.list").write_text(
+        "".join(f"deb [trusted=yes] file:{REPO_MOUNT}/{pocket} ./\n" for pocket in packages.POCKETS)
+    )
+    boot = packages.BOOT_KERNEL
+    install = [
+        f"linux-image-generic={packages.meta_version(boot)}",
+        f"linux-headers-{boot}={packages.kernel_version(boot)}",
+        *(
+            f"{name}-{packages.DRIVER_BRANCH}={packages.driver_version(packages.BOOT_DRIVER)}"
+            for name in ("nvidia-driver", "nvidia-utils", "libnvidia-compute")
+        ),
+        f"walinuxagent={packages.AGENT_VERSIONS[0]}",
+    ]
+    auto = [f"linux-image-{boot}", f"linux-modules-{boot}", "dkms"]
+    auto += [f"{name}-{packages.DRIVER_BRANCH}" for name in ("nvidia-utils", "libnvidia-compute")]
+    script = CUSTOMIZE.replace("{repo_mount}", REPO_MOUNT)
+    script = script.replace("{install}", " ".join(install)).replace("{auto}", " ".join(auto))
+    _run(
+        ["unshare", "--mount", "--pid", "--fork", "--propagation", "private", "sh", "-c", script, "sh",
+         str(root), str(repo)],
+        log,
+        "installing the simulated kernel and NVIDIA driver into the base",
+    )
+    _install_lab_files(root, native)
+
+
+def _put(root: Path, dest: str, src: Path | str, mode: int = 0o644) -> None:
+    target = root / dest.lstrip("/")
+    target.parent.mkdir(parents=True, exist_ok=True)
+    if target.is_symlink() or target.exists():
+        target.unlink()
+    if isinstance(src, Path):
+        shutil.copyfile(src, target)
+    else:
+        target.write_text(src)
+    target.chmod(mode)
+
+
+def _install_lab_files(root: Path, native: dict[str, Path]) -> None:
+    # Power: reboot/shutdown/halt/poweroff signal the host's own init (never reboot(2)).
+    _put(root, "/usr/sbin/gpulab-power", HOSTFILES / "gpulab-power", 0o755)
+    for name in ("reboot", "shutdown", "halt", "poweroff"):
+        link = root / "usr/sbin" / name
+        if link.exists() or link.is_symlink():
+            link.unlink()
+        link.symlink_to("gpulab-power")
+    _put(root, "/usr/bin/dmesg", HOSTFILES / "dmesg", 0o755)
+    # The host's own notion of its booted kernel for uname(2) callers.
+    _put(root, "/usr/lib/gpulab/libgpulab-uname.so", native["uname"], 0o755)
+    _put(root, "/etc/ld.so.preload", "/usr/lib/gpulab/libgpulab-uname.so\n")
+    # pynvml, as a host with the NVIDIA Python bindings would have it.
+    _put(root, "/usr/lib/python3/dist-packages/pynvml.py", _pynvml_source())
+    _put(
+        root,
+        "/etc/ssh/sshd_config.d/10-gpulab.conf",
+        "# gpulab: key-only root login; the listen address is in 20-gpulab-listen.conf (per host)\n"
+        "PermitRootLogin prohibit-password\nPasswordAuthentication no\nKbdInteractiveAuthentication no\n"
+        "UsePAM no\nUseDNS no\nMaxStartups 200:30:400\nMaxSessions 50\n"
+        "HostKey /etc/ssh/ssh_host_ed25519_key\n",
+    )
+    for key in (root / "etc/ssh").glob("ssh_host_*"):
+        key.unlink()  # every host gets its own key at creation
+    _put(
+        root,
+        "/etc/default/grub",
+        '# gpulab: the simulated boot loader honours GRUB_DEFAULT ("0" = newest kernel, or\n'
+        '# "Advanced options for Ubuntu>Ubuntu, with Linux <release>")\nGRUB_DEFAULT=0\nGRUB_TIMEOUT=0\n',
+    )
+    _put(
+        root,
+        "/etc/apt/apt.conf.d/20auto-upgrades",
+        'APT::Periodic::Update-Package-Lists "1";\nAPT::Periodic::Unattended-Upgrade "1";\n',
+    )
+    _put(
+        root,
+        "/etc/apt/apt.conf.d/51gpulab-origins",
+        "// gpulab: the lab repository plays Ubuntu's archive; as on Ubuntu, only the -security pocket is\n"
+        "// upgraded unattended.\nUnattended-Upgrade::Origins-Pattern {\n"
+        f'    "origin={packages.ORIGIN},archive={packages.POCKETS["security"]}";\n}};\n',
+    )
+    for leftover in ("run/reboot-required", "run/reboot-required.pkgs"):
+        (root / leftover).unlink(missing_ok=True)
+    (root / "var/log/kern.log").touch()
+    subprocess.run(["chroot", str(root), "ldconfig"], check=True)
+
+
+def ensure_base(cfg: LabConfig) -> Base:
+    """Return the cached base for the current lab sources, building what is missing."""
+    key = base_key()
+    final = cfg.cache / f"base-{key}"
+    if (final / ".gpulab-complete").exists():
+        return Base(final)
+    cfg.cache.mkdir(parents=True, exist_ok=True)
+    log = cfg.cache / "build.log"
+    deboot = ensure_debootstrap(cfg, log)
+    tmp = Path(tempfile.mkdtemp(prefix=f".base-{key}-", dir=cfg.cache))
+    try:
+        native = _build_native(tmp / "native")
+        packages.build_repo(tmp / "repo", lambda version: native[version])
+        _run(["cp", "-a", "--reflink=auto", str(deboot), str(tmp / "root")], log, "copying the debootstrap root")
+        (tmp / "root/.gpulab-complete").unlink(missing_ok=True)
+        _customize(tmp / "root", tmp / "repo", native, log)
+        (tmp / ".gpulab-complete").write_text(key + "\n")
+        if final.exists():
+            shutil.rmtree(final)
+        os.replace(tmp, final)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    for old in cfg.cache.glob("base-*"):
+        if old != final and not _in_use(old):
+            shutil.rmtree(old, ignore_errors=True)
+    return Base(final)
+
+
+def _in_use(base_dir: Path) -> bool:
+    """True while any overlay mount anywhere uses this base as its lower layer."""
+    needle = str(base_dir / "root")
+    for mounts in Path("/proc").glob("[0-9]*/mounts"):
+        try:
+            if needle in mounts.read_text():
+                return True
+        except OSError:
+            continue
+    return False

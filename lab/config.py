@@ -1,0 +1,130 @@
+"""Lab settings and the paths that follow from them.
+
+Values come from the ``lab:`` section of ``invoke.yaml`` (or ``INVOKE_LAB_*`` variables); a flag on a task wins
+over the config, the config over these defaults. ``GPULAB_STATE_DIR`` and ``GPULAB_CACHE_DIR`` override the
+directories, so that tests and several clones can share one cached base.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+from remediation.errors import LabError
+
+MAX_HOSTS = 200
+DEFAULT_SKU = "Standard_NC48ads_A100_v4"
+
+
+@dataclass(frozen=True)
+class LabConfig:
+    state_dir: Path = Path(".lab")
+    cache_dir: Path | None = None  # default: <state_dir>/cache
+    address_prefix: str = "127.0.1"  # host N listens on <prefix>.N:22
+    mirror: str = "http://deb.debian.org/debian"
+    suite: str = "bookworm"
+    sku: str = DEFAULT_SKU
+    boot_delay: float = 1.0  # seconds a rebooting host stays down
+    ready_timeout: float = 30.0  # seconds lab.up waits for every sshd
+    inventory_path: Path = Path("inventories/lab/hosts.yml")
+    host_overrides: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
+
+    @property
+    def cache(self) -> Path:
+        return self.cache_dir if self.cache_dir is not None else self.state_dir / "cache"
+
+    def address(self, index: int) -> str:
+        return f"{self.address_prefix}.{index}"
+
+    def validate(self) -> LabConfig:
+        try:
+            net = ipaddress.ip_address(f"{self.address_prefix}.1")
+        except ValueError:
+            raise LabError(
+                f"lab.address_prefix {self.address_prefix!r} is not the first three octets of an IPv4 address;"
+                " use e.g. 127.0.1"
+            ) from None
+        if not net.is_loopback:
+            raise LabError(
+                f"lab.address_prefix {self.address_prefix!r} is not in 127.0.0.0/8: lab hosts only listen on"
+                " loopback addresses; use e.g. 127.0.1"
+            )
+        return self
+
+    @classmethod
+    def from_mapping(cls, data: Mapping[str, Any] | None, root: Path | None = None) -> LabConfig:
+        """Build from the ``lab`` config mapping; relative paths are taken from ``root`` (the project)."""
+        data = dict(data or {})
+        root = root or Path.cwd()
+        known = {f for f in cls.__dataclass_fields__}
+        unknown = sorted(set(data) - known)
+        if unknown:
+            raise LabError(f"unknown lab setting(s) {', '.join(unknown)}; known: {', '.join(sorted(known))}")
+        cfg = cls(**data)
+        state = Path(os.environ.get("GPULAB_STATE_DIR") or cfg.state_dir)
+        cache_env = os.environ.get("GPULAB_CACHE_DIR")
+        cache = Path(cache_env) if cache_env else (Path(cfg.cache_dir) if cfg.cache_dir else None)
+        inventory = Path(cfg.inventory_path)
+        cfg = replace(
+            cfg,
+            state_dir=(state if state.is_absolute() else root / state).resolve(),
+            cache_dir=None if cache is None else (cache if cache.is_absolute() else root / cache).resolve(),
+            inventory_path=(inventory if inventory.is_absolute() else root / inventory).resolve(),
+            boot_delay=float(cfg.boot_delay),
+            ready_timeout=float(cfg.ready_timeout),
+        )
+        return cfg.validate()
+
+
+@dataclass(frozen=True)
+class LabPaths:
+    """Where everything of one lab lives (all under the state directory except the shared cache)."""
+
+    config: LabConfig
+
+    @property
+    def state(self) -> Path:
+        return self.config.state_dir
+
+    @property
+    def hosts(self) -> Path:
+        return self.state / "hosts"
+
+    def host(self, name: str) -> Path:
+        return self.hosts / name
+
+    @property
+    def ssh(self) -> Path:
+        return self.state / "ssh"
+
+    @property
+    def client_key(self) -> Path:
+        return self.ssh / "id_ed25519"
+
+    @property
+    def known_hosts(self) -> Path:
+        return self.ssh / "known_hosts"
+
+    @property
+    def ssh_config(self) -> Path:
+        return self.ssh / "config"
+
+    @property
+    def supervisor_pid(self) -> Path:
+        return self.state / "supervisor.pid"
+
+    @property
+    def supervisor_socket(self) -> Path:
+        return self.state / "supervisor.sock"
+
+    @property
+    def supervisor_log(self) -> Path:
+        return self.state / "supervisor.log"
+
+    @property
+    def lock(self) -> Path:
+        return self.state / "lab.lock"

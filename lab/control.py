@@ -1,0 +1,443 @@
+"""The lab's verbs: up, down, status, reboot, fault, clear. ``tasks.py`` calls these and nothing else.
+
+Every verb checks its input before it changes anything, raises ``LabError`` (one line naming the input and
+the fix) on bad input, and returns frozen results that the task renders.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from remediation.errors import LabError
+
+from . import hardware, inventory
+from .base import Base, ensure_base
+from .config import MAX_HOSTS, LabConfig, LabPaths
+
+PROJECT_ROOT = Path(__file__).resolve().parent.parent
+
+
+@dataclass(frozen=True)
+class HostStatus:
+    name: str
+    address: str
+    state: str  # up | rebooting | down | crashed | unknown
+    ssh: bool
+    kernel: str | None
+    boot_id: str | None
+    boots: int
+    faults: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class UpResult:
+    hosts: tuple[str, ...]
+    started: tuple[str, ...]
+    removed: tuple[str, ...]
+    inventory: Path
+    seconds: float
+    base_built: bool
+
+
+def require_root() -> None:
+    if os.geteuid() != 0:
+        raise LabError(
+            "the lab needs root (overlay mounts, namespaces, chroot): run it as root, e.g. `sudo invoke lab.up`"
+        )
+
+
+def host_name(index: int) -> str:
+    return f"gpu-{index}"
+
+
+class Lab:
+    def __init__(self, cfg: LabConfig) -> None:
+        self.cfg = cfg
+        self.paths = LabPaths(cfg)
+
+    # -- locking and the supervisor ----------------------------------------------------------------------
+    @contextmanager
+    def locked(self) -> Iterator[None]:
+        self.paths.state.mkdir(parents=True, exist_ok=True)
+        with self.paths.lock.open("w") as fh:
+            fcntl.flock(fh, fcntl.LOCK_EX)
+            yield
+
+    def supervisor_pid(self) -> int | None:
+        try:
+            pid = int(self.paths.supervisor_pid.read_text().strip())
+        except (OSError, ValueError):
+            return None
+        try:
+            cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
+        except OSError:
+            return None
+        return pid if b"lab.supervisor" in cmdline else None
+
+    def request(self, op: str, hosts: Sequence[str] = (), timeout: float = 60.0) -> dict[str, Any]:
+        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
+            s.settimeout(timeout)
+            try:
+                s.connect(str(self.paths.supervisor_socket))
+            except OSError as exc:
+                raise LabError(f"the lab supervisor is not running ({exc}): start the lab with `invoke lab.up`") from None
+            s.sendall(json.dumps({"op": op, "hosts": list(hosts)}).encode() + b"\n")
+            data = b""
+            while not data.endswith(b"\n"):
+                chunk = s.recv(65536)
+                if not chunk:
+                    break
+                data += chunk
+        reply: dict[str, Any] = json.loads(data or b"{}")
+        if not reply.get("ok"):
+            raise LabError(f"lab supervisor refused {op}: {reply.get('error')}")
+        return reply
+
+    def start_supervisor(self, base: Base) -> None:
+        if self.supervisor_pid() is not None:
+            return
+        log = self.paths.supervisor_log.open("ab")
+        env = dict(os.environ)
+        env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(PROJECT_ROOT), env.get("PYTHONPATH", "")]))
+        subprocess.Popen(
+            [sys.executable, "-m", "lab.supervisor", str(self.paths.state), str(base.path), str(self.cfg.boot_delay)],
+            stdin=subprocess.DEVNULL,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+            cwd=str(PROJECT_ROOT),
+            env=env,
+        )
+        log.close()
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:
+            if self.paths.supervisor_socket.exists() and self.supervisor_pid() is not None:
+                return
+            time.sleep(0.02)
+        raise LabError(f"the lab supervisor did not start; see {self.paths.supervisor_log}")
+
+    # -- hosts on disk -------------------------------------------------------------------------------------
+    def existing_hosts(self) -> list[str]:
+        if not self.paths.hosts.is_dir():
+            return []
+        names = [p.name for p in self.paths.hosts.iterdir() if (p / "host.json").exists()]
+        return sorted(names, key=lambda n: int(n.split("-")[1]))
+
+    def spec(self, name: str) -> dict[str, Any]:
+        path = self.paths.host(name) / "host.json"
+        if not path.exists():
+            known = ", ".join(self.existing_hosts()) or "none (run `invoke lab.up`)"
+            raise LabError(f"host {name!r} is not in the lab at {self.paths.state}; lab hosts: {known}")
+        data: dict[str, Any] = json.loads(path.read_text())
+        return data
+
+    def _client_key(self) -> None:
+        key = self.paths.client_key
+        if key.exists():
+            return
+        self.paths.ssh.mkdir(parents=True, exist_ok=True, mode=0o700)
+        subprocess.run(
+            ["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", "gpulab-controller", "-f", str(key)], check=True
+        )
+
+    def create_host(self, index: int) -> None:
+        name = host_name(index)
+        hdir = self.paths.host(name)
+        keys = hdir / "keys"
+        keys.mkdir(parents=True, exist_ok=True)
+        if not (keys / "ssh_host_ed25519_key").exists():
+            subprocess.run(
+                ["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", f"root@{name}",
+                 "-f", str(keys / "ssh_host_ed25519_key")],
+                check=True,
+            )
+        self._fresh_upper(name, index)
+        (hdir / "hw").mkdir(exist_ok=True)
+        hardware.write_state(hdir / "hw/gpus", hardware.healthy_state(name, self.cfg.sku))
+        (hdir / "faults").write_text("")
+        spec = {"name": name, "index": index, "address": self.cfg.address(index), "sku": self.cfg.sku}
+        (hdir / "host.json").write_text(json.dumps(spec, indent=2) + "\n")
+
+    def _fresh_upper(self, name: str, index: int) -> None:
+        hdir = self.paths.host(name)
+        for d in ("upper", "work"):
+            if (hdir / d).exists():
+                shutil.rmtree(hdir / d)
+            (hdir / d).mkdir()
+        (hdir / "root").mkdir(exist_ok=True)
+        up = hdir / "upper"
+        (up / "etc/ssh/sshd_config.d").mkdir(parents=True)
+        (up / "etc/hostname").write_text(name + "\n")
+        (up / "etc/hosts").write_text(f"127.0.0.1\tlocalhost\n{self.cfg.address(index)}\t{name}\n")
+        (up / "etc/ssh/sshd_config.d/20-gpulab-listen.conf").write_text(f"ListenAddress {self.cfg.address(index)}\n")
+        for suffix in ("", ".pub"):
+            src = hdir / "keys" / f"ssh_host_ed25519_key{suffix}"
+            dst = up / "etc/ssh" / src.name
+            shutil.copyfile(src, dst)
+            dst.chmod(0o600 if not suffix else 0o644)
+        ssh = up / "root/.ssh"
+        ssh.mkdir(parents=True)
+        ssh.chmod(0o700)
+        shutil.copyfile(self.paths.client_key.with_suffix(".pub"), ssh / "authorized_keys")
+        (ssh / "authorized_keys").chmod(0o600)
+
+    def lab_hosts(self) -> list[inventory.LabHost]:
+        out = []
+        for name in self.existing_hosts():
+            spec = self.spec(name)
+            key = (self.paths.host(name) / "keys/ssh_host_ed25519_key.pub").read_text().split()
+            out.append(inventory.LabHost(name, spec["index"], spec["address"], f"{key[0]} {key[1]}"))
+        return out
+
+    # -- the verbs -----------------------------------------------------------------------------------------
+    def up(self, count: int) -> UpResult:
+        require_root()
+        if not 1 <= count <= MAX_HOSTS:
+            raise LabError(f"--hosts {count} is out of range: the lab runs 1 to {MAX_HOSTS} hosts")
+        for tool in ("unshare", "nsenter", "ssh-keygen", "gcc"):
+            if shutil.which(tool) is None:
+                raise LabError(f"{tool} not found: install the lab's Debian packages (the README's setup command)")
+        with self.locked():
+            cached = any(self.cfg.cache.glob("base-*/.gpulab-complete"))
+            base = ensure_base(self.cfg)
+            t0 = time.monotonic()
+            self._client_key()
+            wanted = [host_name(i) for i in range(1, count + 1)]
+            existing = self.existing_hosts()
+            busy = self._ports_in_use([i for i in range(1, count + 1) if host_name(i) not in existing])
+            if busy:
+                raise LabError(
+                    f"address(es) {', '.join(busy)} already have a listener on port 22: another lab or sshd uses"
+                    " them; set lab.address_prefix (or stop the other lab)"
+                )
+            for i in range(1, count + 1):
+                if host_name(i) not in existing:
+                    self.create_host(i)
+            self.start_supervisor(base)
+            extra = [n for n in existing if n not in wanted]
+            if extra:
+                self.request("stop", extra)
+                for n in extra:
+                    shutil.rmtree(self.paths.host(n), ignore_errors=True)
+            started = self.request("start", wanted)["result"]
+            self.wait_ready(wanted, self.cfg.ready_timeout)
+            inv = inventory.write(self.cfg, self.paths, self.lab_hosts())
+            return UpResult(
+                hosts=tuple(wanted),
+                started=tuple(n for n, r in started.items() if r == "started"),
+                removed=tuple(extra),
+                inventory=inv,
+                seconds=time.monotonic() - t0,
+                base_built=not cached,
+            )
+
+    def _ports_in_use(self, indexes: list[int]) -> list[str]:
+        busy = []
+        for i in indexes:
+            addr = self.cfg.address(i)
+            if _port_open(addr, timeout=0.2):
+                busy.append(addr)
+        return busy
+
+    def wait_ready(self, names: Sequence[str], timeout: float) -> None:
+        deadline = time.monotonic() + timeout
+        pending = {n: self.spec(n)["address"] for n in names}
+        while pending and time.monotonic() < deadline:
+            for n, addr in list(pending.items()):
+                if _ssh_banner(addr):
+                    del pending[n]
+            if pending:
+                time.sleep(0.05)
+        if pending:
+            raise LabError(
+                f"lab host(s) {', '.join(sorted(pending))} did not answer SSH within {timeout:.0f} s;"
+                f" see {self.paths.hosts}/<host>/console.log"
+            )
+
+    def down(self, purge: bool = False) -> list[str]:
+        require_root()
+        with self.locked():
+            stopped: list[str] = []
+            if self.supervisor_pid() is not None:
+                stopped = sorted(self.request("shutdown", timeout=120)["result"])
+                deadline = time.monotonic() + 10
+                while self.supervisor_pid() is not None and time.monotonic() < deadline:
+                    time.sleep(0.05)
+            # Hosts left from a supervisor that died: end their namespaces directly.
+            for name in self.existing_hosts():
+                pid = self._init_pid(name)
+                if pid is not None:
+                    os.kill(pid, 9)
+                    stopped.append(name)
+            if purge:
+                shutil.rmtree(self.paths.hosts, ignore_errors=True)
+                shutil.rmtree(self.paths.ssh, ignore_errors=True)
+                self.cfg.inventory_path.unlink(missing_ok=True)
+                (self.cfg.inventory_path.parent / "ssh_config").unlink(missing_ok=True)
+            return sorted(set(stopped))
+
+    def _init_pid(self, name: str) -> int | None:
+        try:
+            pid = int((self.paths.host(name) / "init.pid").read_text().strip())
+            comm = Path(f"/proc/{pid}/comm").read_text().strip()
+        except (OSError, ValueError):
+            return None
+        return pid if comm in ("gpulab-init", "python3", "python") else None
+
+    def init_pid(self, name: str) -> int:
+        self.spec(name)
+        pid = self._init_pid(name)
+        if pid is None:
+            raise LabError(f"lab host {name} is not running: start it with `invoke lab.up`")
+        return pid
+
+    def status(self) -> list[HostStatus]:
+        sup: dict[str, Any] = {}
+        if self.supervisor_pid() is not None:
+            sup = self.request("status")["result"]
+        out = []
+        for name in self.existing_hosts():
+            spec = self.spec(name)
+            info = sup.get(name, {})
+            pid = self._init_pid(name)
+            kernel = boot_id = None
+            if pid is not None:
+                run = Path(f"/proc/{pid}/root/run/gpulab")
+                kernel = _read(run / "kernel")
+                boot_id = _read(run / "boot_id")
+            out.append(
+                HostStatus(
+                    name=name,
+                    address=spec["address"],
+                    state=info.get("state", "down"),
+                    ssh=_port_open(spec["address"], timeout=0.3),
+                    kernel=kernel,
+                    boot_id=boot_id,
+                    boots=int(info.get("boots", 0)),
+                    faults=tuple(self.faults(name)),
+                )
+            )
+        return out
+
+    def faults(self, name: str) -> list[str]:
+        path = self.paths.host(name) / "faults"
+        return [f for f in path.read_text().split() if f] if path.exists() else []
+
+    def record_fault(self, name: str, fault: str) -> None:
+        faults = self.faults(name)
+        if fault not in faults:
+            faults.append(fault)
+        (self.paths.host(name) / "faults").write_text("\n".join(faults) + "\n")
+
+    def boot_id(self, name: str) -> str | None:
+        pid = self._init_pid(name)
+        return _read(Path(f"/proc/{pid}/root/run/gpulab/boot_id")) if pid else None
+
+    def reboot(self, name: str, wait: bool = True, timeout: float = 60.0) -> str | None:
+        """Reboot one host the way `reboot` inside it does; return the new boot id."""
+        require_root()
+        old = self.boot_id(name)
+        os.kill(self.init_pid(name), 10)  # SIGUSR1: gpulab-init stops the host and exits 100
+        if not wait:
+            return None
+        return self.wait_rebooted(name, old, timeout)
+
+    def wait_rebooted(self, name: str, old_boot_id: str | None, timeout: float = 60.0) -> str:
+        deadline = time.monotonic() + timeout
+        address = self.spec(name)["address"]
+        while time.monotonic() < deadline:
+            new = self.boot_id(name)
+            if new and new != old_boot_id and _ssh_banner(address):
+                return new
+            time.sleep(0.05)
+        raise LabError(f"lab host {name} did not come back within {timeout:.0f} s after reboot")
+
+    def run_in_host(
+        self, name: str, argv: Sequence[str], timeout: float = 300.0, check: bool = True, detach: bool = False
+    ) -> subprocess.CompletedProcess[str]:
+        """Run a command inside a host (its mount, UTS and PID namespaces and its root), like a console."""
+        pid = self.init_pid(name)
+        env = {
+            "PATH": "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
+            "LC_ALL": "C",
+            "HOME": "/root",
+            "DEBIAN_FRONTEND": "noninteractive",
+        }
+        cmd = ["nsenter", "-t", str(pid), "-m", "-u", "-p", "-r", "-w", "--", *argv]
+        if detach:
+            cmd = ["nsenter", "-t", str(pid), "-m", "-u", "-p", "-r", "-w", "--", "setsid", "-f", *argv]
+        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=env, check=False)
+        with (self.paths.host(name) / "console.log").open("a") as log:
+            log.write(f"\n# lab: {' '.join(argv)} (exit {proc.returncode})\n{proc.stdout}{proc.stderr}")
+        if check and proc.returncode != 0:
+            raise LabError(
+                f"command in lab host {name} failed (exit {proc.returncode}): {' '.join(argv)}:"
+                f" {(proc.stderr or proc.stdout).strip().splitlines()[-1:] }"
+            )
+        return proc
+
+    def host_path(self, name: str, path: str) -> Path:
+        """A path inside a running host, seen from the controller."""
+        return Path(f"/proc/{self.init_pid(name)}/root") / path.lstrip("/")
+
+    def append_kmsg(self, name: str, lines: Sequence[str]) -> None:
+        pid = self.init_pid(name)
+        root = Path(f"/proc/{pid}/root")
+        try:
+            boot_time = int((root / "run/gpulab/boot_time").read_text())
+        except (OSError, ValueError):
+            boot_time = int(time.time())
+        secs = max(time.time() - boot_time, 0.0)
+        with (root / "run/gpulab/kmsg").open("a") as ring, (root / "var/log/kern.log").open("a") as log:
+            for line in lines:
+                ring.write(f"[{secs:12.6f}] {line}\n")
+                stamp = time.strftime("%b %e %H:%M:%S")
+                log.write(f"{stamp} {name} kernel: [{secs:12.6f}] {line}\n")
+
+    def clear(self, name: str) -> None:
+        """Return a host to its freshly built state: faults, packages and configuration all undone."""
+        require_root()
+        spec = self.spec(name)
+        with self.locked():
+            self.request("stop", [name])
+            self._fresh_upper(name, spec["index"])
+            hardware.write_state(self.paths.host(name) / "hw/gpus", hardware.healthy_state(name, spec["sku"]))
+            (self.paths.host(name) / "faults").write_text("")
+            self.request("start", [name])
+            self.wait_ready([name], self.cfg.ready_timeout)
+
+
+def _read(path: Path) -> str | None:
+    try:
+        return path.read_text().strip() or None
+    except OSError:
+        return None
+
+
+def _port_open(address: str, timeout: float) -> bool:
+    try:
+        with socket.create_connection((address, 22), timeout=timeout):
+            return True
+    except OSError:
+        return False
+
+
+def _ssh_banner(address: str) -> bool:
+    try:
+        with socket.create_connection((address, 22), timeout=0.5) as s:
+            s.settimeout(1.0)
+            return s.recv(8).startswith(b"SSH-")
+    except OSError:
+        return False

@@ -1,0 +1,213 @@
+"""Faults a lab host can be given, each producing the symptoms a real GPU VM shows.
+
+Software faults act inside the host with its own tools (the real ``unattended-upgrade``, ``apt-get``);
+hardware faults change the host's GPU state (``hw/gpus``) and write what the kernel would log.
+``lab.clear`` undoes all of them by returning the host to its freshly built state.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from remediation.errors import LabError
+
+from . import hardware, packages
+from .control import Lab
+
+
+@dataclass(frozen=True)
+class FaultResult:
+    host: str
+    fault: str
+    detail: str
+
+
+def _hw(lab: Lab, host: str, change: Callable[[hardware.State], str]) -> str:
+    path = lab.paths.host(host) / "hw/gpus"
+    state = hardware.read_state(path)
+    detail = change(state)
+    hardware.write_state(path, state)
+    return detail
+
+
+def kernel_upgrade(lab: Lab, host: str) -> str:
+    """S1: unattended-upgrades installs the newer kernel from the -security pocket, then the host reboots."""
+    lab.run_in_host(host, ["apt-get", "update", "-q"])
+    run = lab.run_in_host(host, ["unattended-upgrade", "-v"], timeout=600, check=False)
+    if run.returncode != 0:
+        raise LabError(f"unattended-upgrade failed on {host} (exit {run.returncode}); see its console.log")
+    lab.reboot(host, wait=True)
+    kernel = (lab.host_path(host, "/run/gpulab/kernel").read_text()).strip()
+    return f"unattended-upgrade ran; {host} rebooted into {kernel}"
+
+
+def driver_mismatch(lab: Lab, host: str) -> str:
+    """NVML error 18: the driver's userspace is upgraded while the old kernel module stays loaded."""
+    new = packages.driver_version(packages.DRIVERS[1])
+    branch = packages.DRIVER_BRANCH
+    lab.run_in_host(host, ["apt-get", "update", "-q"])
+    lab.run_in_host(
+        host,
+        ["apt-get", "install", "-y", "-q", f"nvidia-driver-{branch}={new}", f"nvidia-utils-{branch}={new}",
+         f"libnvidia-compute-{branch}={new}"],
+        timeout=300,
+    )
+    loaded = (lab.host_path(host, "/run/gpulab/module").read_text()).strip()
+    client = packages.DRIVERS[1]
+    lab.append_kmsg(
+        host,
+        [
+            f"NVRM: API mismatch: the client has the version {client}, but",
+            f"NVRM: this kernel module has the version {loaded}.  Please",
+            "NVRM: make sure that this kernel module and all NVIDIA driver",
+            "NVRM: components have the same version.",
+        ],
+    )
+    return f"userspace {client} installed without reboot; loaded module still {loaded}"
+
+
+def thermal(lab: Lab, host: str) -> str:
+    def change(s: hardware.State) -> str:
+        s.update(
+            {
+                "gpu.0.temperature": "86",
+                "gpu.0.util_gpu": "100",
+                "gpu.0.util_memory": "71",
+                "gpu.0.power_mw": "281000",
+                "gpu.0.clock_graphics": "1005",
+                "gpu.0.clock_sm": "1005",
+                "gpu.0.clocks_event_reasons": hex(hardware.HW_SLOWDOWN | hardware.HW_THERMAL_SLOWDOWN),
+            }
+        )
+        return "GPU 0 at 86 C with hardware thermal slowdown, SM clock 1005 MHz"
+
+    return _hw(lab, host, change)
+
+
+def ecc(lab: Lab, host: str) -> str:
+    def change(s: hardware.State) -> str:
+        s.update(
+            {
+                "gpu.0.ecc_volatile_uncorrected": "2",
+                "gpu.0.ecc_aggregate_uncorrected": "2",
+                "gpu.0.ecc_volatile_corrected": "14",
+                "gpu.0.ecc_aggregate_corrected": "14",
+                "gpu.0.remapped_uncorrectable": "1",
+                "gpu.0.remap_pending": "1",
+            }
+        )
+        return "GPU 0: 2 uncorrected ECC errors, 1 row pending remap"
+
+    detail = _hw(lab, host, change)
+    pci = hardware.pci_short(hardware.read_state(lab.paths.host(host) / "hw/gpus"), 0)
+    lab.append_kmsg(
+        host,
+        [
+            f"NVRM: Xid (PCI:{pci}): 94, pid=48211, name=python3, Contained ECC error",
+            f"NVRM: Xid (PCI:{pci}): 63, pid='<unknown>', name=<unknown>, Row Remapping: New row marked for"
+            " remapping, reset gpu to activate.",
+        ],
+    )
+    return detail
+
+
+def xid_79(lab: Lab, host: str) -> str:
+    path = lab.paths.host(host) / "hw/gpus"
+    state = hardware.read_state(path)
+    last = hardware.gpu_count(state) - 1
+    if last < 0:
+        raise LabError(f"{host} has no GPU left to fall off the bus")
+    state[f"gpu.{last}.lost"] = "1"
+    hardware.write_state(path, state)
+    short, long = hardware.pci_short(state, last), hardware.pci_long(state, last)
+    lab.append_kmsg(
+        host,
+        [
+            f"NVRM: Xid (PCI:{short}): 79, pid='<unknown>', name=<unknown>, GPU has fallen off the bus.",
+            f"NVRM: GPU {long}: GPU has fallen off the bus.",
+            f"NVRM: GPU {long}: GPU serial number is {state.get(f'gpu.{last}.serial', '')}.",
+        ],
+    )
+    return f"GPU {last} ({long}) fell off the bus"
+
+
+def gpu_missing(lab: Lab, host: str) -> str:
+    def change(s: hardware.State) -> str:
+        count = hardware.gpu_count(s)
+        if count == 0:
+            raise LabError(f"{host} has no GPU left to remove")
+        s["gpu_count"] = str(count - 1)
+        return f"{count - 1} of {count} GPUs on the bus"
+
+    detail = _hw(lab, host, change)
+    lab.append_kmsg(host, ["NVRM: The NVIDIA probe routine failed for 1 device(s)."])
+    return detail
+
+
+def memory_full(lab: Lab, host: str) -> str:
+    def change(s: hardware.State) -> str:
+        total = int(s["gpu.0.memory_total"])
+        used = int(total * 0.97)
+        s.update(
+            {
+                "gpu.0.memory_used": str(used),
+                "gpu.0.util_gpu": "98",
+                "gpu.0.util_memory": "64",
+                "gpu.0.clock_graphics": "1410",
+                "gpu.0.clock_sm": "1410",
+                "gpu.0.clocks_event_reasons": "0x0",
+                "gpu.0.procs": f"48211:{used - 512 * 1024 * 1024}:python3;48377:{512 * 1024 * 1024}:tritonserver",
+            }
+        )
+        return f"GPU 0 memory {used // 2**20} MiB of {total // 2**20} MiB used by 2 processes"
+
+    return _hw(lab, host, change)
+
+
+def unreachable(lab: Lab, host: str) -> str:
+    lab.run_in_host(host, ["/etc/init.d/ssh", "stop"])
+    return "sshd stopped"
+
+
+def apt_lock(lab: Lab, host: str) -> str:
+    holder = (
+        "import fcntl, time\n"
+        "f = open('/var/lib/dpkg/lock-frontend', 'a'); fcntl.lockf(f, fcntl.LOCK_EX)\n"
+        "g = open('/var/lib/dpkg/lock', 'a'); fcntl.lockf(g, fcntl.LOCK_EX)\n"
+        "time.sleep(10**9)\n"
+    )
+    lab.run_in_host(host, ["python3", "-c", holder], detach=True)
+    return "a process holds /var/lib/dpkg/lock-frontend and /var/lib/dpkg/lock"
+
+
+def hang(lab: Lab, host: str) -> str:
+    def change(s: hardware.State) -> str:
+        s["hang"] = "1"
+        return "NVML calls block"
+
+    return _hw(lab, host, change)
+
+
+FAULTS: dict[str, Callable[[Lab, str], str]] = {
+    "kernel-upgrade": kernel_upgrade,
+    "driver-mismatch": driver_mismatch,
+    "thermal": thermal,
+    "ecc": ecc,
+    "xid-79": xid_79,
+    "gpu-missing": gpu_missing,
+    "memory-full": memory_full,
+    "unreachable": unreachable,
+    "apt-lock": apt_lock,
+    "hang": hang,
+}
+
+
+def inject(lab: Lab, host: str, fault: str) -> FaultResult:
+    if fault not in FAULTS:
+        raise LabError(f"unknown fault {fault!r}; known faults: {', '.join(FAULTS)}")
+    lab.spec(host)  # names the host and the lab's hosts when it is not there
+    lab.init_pid(host)
+    detail = FAULTS[fault](lab, host)
+    lab.record_fault(host, fault)
+    return FaultResult(host, fault, detail)

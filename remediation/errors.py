@@ -1,0 +1,45 @@
+"""One exception family per subsystem.
+
+Library code raises these with the offending input named; only the task edge (``tasks.py``) turns them into a
+one-line message and an exit code.
+"""
+
+from __future__ import annotations
+
+
+class RemediationError(Exception):
+    """Base of every error this project raises on purpose."""
+
+    exit_code = 2
+
+
+class InventoryError(RemediationError):
+    """The inventory or a host selection is unusable."""
+
+
+class FanoutError(RemediationError):
+    """The fleet fan-out could not run at all (not: one host failed)."""
+
+
+class ProbeError(RemediationError):
+    """A probe's output could not be parsed."""
+
+
+class RunnerError(RemediationError):
+    """ansible-runner could not run a playbook."""
+
+
+class AzureApiError(RemediationError):
+    """An Azure Resource Manager call failed."""
+
+
+class TemplateError(RemediationError):
+    """A template could not be rendered from the given data."""
+
+
+class ParseError(RemediationError):
+    """Field text could not be classified."""
+
+
+class LabError(RemediationError):
+    """The simulated lab fleet cannot do what was asked."""

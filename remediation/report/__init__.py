@@ -1,0 +1,1 @@
+"""Output formats, one module each: console tables, JSON, JUnit XML, Prometheus textfile, incident Markdown."""
