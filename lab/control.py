@@ -378,7 +378,14 @@ class Lab:
         cmd = ["nsenter", "-t", str(pid), "-m", "-u", "-p", "-r", "-w", "--", *argv]
         if detach:
             cmd = ["nsenter", "-t", str(pid), "-m", "-u", "-p", "-r", "-w", "--", "setsid", "-f", *argv]
-        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=env, check=False)
+        if detach:  # the detached process must not hold our pipes open
+            proc = subprocess.run(
+                cmd, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                text=True, timeout=timeout, env=env, check=False,
+            )
+            proc.stdout, proc.stderr = "", ""
+        else:
+            proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=env, check=False)
         with (self.paths.host(name) / "console.log").open("a") as log:
             log.write(f"\n# lab: {' '.join(argv)} (exit {proc.returncode})\n{proc.stdout}{proc.stderr}")
         if check and proc.returncode != 0:
