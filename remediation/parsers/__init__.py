@@ -1,0 +1,108 @@
+"""Pure parsers of field text (nvidia-smi/NVML failures, kernel logs, apt history, DKMS output).
+
+Every parser is ``parse(text) -> frozen dataclass`` and never raises. :func:`detect_kind` says which parser a
+piece of text is for, by scoring format markers; :data:`KINDS` is the registry (add a kind with :func:`register`:
+later kinds such as ``oom``, ``failedscheduling``, ``aoai-429``, ``model-server`` plug in the same way).
+
+Mixed text (nvidia-smi output pasted together with kernel lines, a transcript with ``dkms status``): the highest
+score wins, and the NVML error messages score highest on purpose. They are the symptom the operator is asking about,
+and ``diagnose`` of ``nvml`` text also reads the kernel lines embedded in it, so the more specific kernel findings
+(RmInitAdapter code, Xid, API mismatch versions) still appear. Ties go to the kind registered first.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from remediation.parsers import apt_history, dkms, kernel_log, nvml_text
+
+__all__ = ["KINDS", "UNKNOWN", "KindSpec", "detect_kind", "register", "scores"]
+
+UNKNOWN = "unknown"
+
+
+@dataclass(frozen=True)
+class KindSpec:
+    """A kind of field text: how to recognise it (a score, 0 = not this kind) and how to parse it."""
+
+    name: str
+    score: Callable[[str], int]
+    parse: Callable[[str], object]
+    description: str = ""
+
+
+def _marker_score(markers: tuple[tuple[re.Pattern[str], int, int], ...]) -> Callable[[str], int]:
+    """A scorer: for each ``(pattern, weight, cap)``, weight * matches, at most ``cap`` matches counted."""
+
+    def score(text: str) -> int:
+        total = 0
+        for pattern, weight, cap in markers:
+            count = 0
+            for _ in pattern.finditer(text):
+                count += 1
+                if count >= cap:
+                    break
+            total += weight * count
+        return total
+
+    return score
+
+
+_M = re.MULTILINE | re.IGNORECASE
+_NVML_MARKERS = (
+    (re.compile(r"couldn.?t communicate with the NVIDIA driver|NVIDIA-SMI has failed", re.I), 10, 1),
+    (re.compile(r"Failed to initialize NVML|nvml error:|driver/library version mismatch", re.I), 10, 1),
+    (re.compile(r"Unable to determine the device handle for GPU", re.I), 10, 1),
+    (re.compile(r"No devices were found|NVML Shared Library Not Found|libnvidia-ml\.so", re.I), 10, 1),
+    (re.compile(r"NVML library version|nvidia-container-cli", re.I), 3, 1),
+)
+_KERNEL_MARKERS = (
+    (re.compile(r"NVRM:"), 3, 10),
+    (re.compile(r"\bXid\s*\(", re.I), 2, 10),
+    (re.compile(r"^(?:description:\s+NVIDIA core GPU kernel module|filename:\s+/lib/modules/\S*nvidia)", _M), 5, 2),
+    (re.compile(r"modprobe: FATAL: Module nvidia", re.I), 2, 2),
+    (re.compile(r"^\s*\[\s*[0-9]+\.[0-9]+\]", re.M), 1, 5),
+)
+_APT_MARKERS = (
+    (re.compile(r"^\s*Start-Date:\s*[0-9]{4}-", re.M), 10, 3),
+    (re.compile(r"^\s*Commandline:", re.M), 5, 3),
+    (re.compile(r"^\s*End-Date:", re.M), 3, 3),
+    (re.compile(r"^\s*Requested-By:", re.M), 3, 3),
+    (re.compile(r"^\s*(?:Install|Upgrade|Remove|Purge|Downgrade|Reinstall):\s*\S+ \(", re.M), 3, 5),
+)
+_DKMS_MARKERS = (
+    (re.compile(r"^[$#~ ]*dkms status", _M), 6, 1),
+    (re.compile(r"^[A-Za-z0-9_.+-]+(?:/|, )[^,\s]+, [^,\s]+, [^,:\s]+:\s*(?:installed|built|added)", re.M), 6, 5),
+    (re.compile(r"Bad return status for module build|DKMS module '[^']+'", re.I), 10, 2),
+    (re.compile(r"Building (?:initial )?module|Installing to /lib/modules/|Skipping kernel", re.I), 4, 3),
+    (re.compile(r"/var/lib/dkms/|dkms\.conf|dkms autoinstall|/etc/kernel/postinst\.d/dkms", re.I), 3, 3),
+)
+
+KINDS: dict[str, KindSpec] = {}
+
+
+def register(spec: KindSpec) -> None:
+    """Add (or replace) a kind of field text in the registry."""
+    KINDS[spec.name] = spec
+
+
+register(KindSpec("nvml", _marker_score(_NVML_MARKERS), nvml_text.parse, "nvidia-smi / NVML failure text"))
+register(KindSpec("kernel-log", _marker_score(_KERNEL_MARKERS), kernel_log.parse, "kernel log lines about NVIDIA"))
+register(KindSpec("apt-history", _marker_score(_APT_MARKERS), apt_history.parse, "/var/log/apt/history.log"))
+register(KindSpec("dkms", _marker_score(_DKMS_MARKERS), dkms.parse, "dkms status / DKMS build output"))
+
+
+def scores(text: str) -> dict[str, int]:
+    """Every registered kind's score for ``text`` (for explaining a detection)."""
+    return {name: spec.score(text) for name, spec in KINDS.items()}
+
+
+def detect_kind(text: str) -> str:
+    """The registered kind ``text`` most looks like, or ``"unknown"``. Never raises."""
+    best, best_score = UNKNOWN, 0
+    for name, value in scores(text).items():
+        if value > best_score:
+            best, best_score = name, value
+    return best
