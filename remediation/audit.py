@@ -1,0 +1,205 @@
+"""The fleet audit: probe every host in one SSH round trip, parse the facts once, run the pure checks.
+
+``run_audit`` is what ``invoke audit`` and every mutating flow (harden, driver restore) call before and
+after they change anything. A host that cannot be probed is kept in the result with its status
+(``unreachable``, ``timed_out``, ``failed``) and never counted as healthy.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import json
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from .checks import Policy, run_fleet_checks
+from .errors import ProbeError
+from .facts import HostFacts, facts_from_dict
+from .fanout import FanoutResult, HostRun, Status, fan_out
+from .findings import Finding, Severity
+from .inventory import Host
+from .probe import bundle
+
+EXIT_CLEAN = 0
+EXIT_FINDINGS = 1
+EXIT_BAD_INPUT = 2
+EXIT_UNREACHABLE = 3
+
+
+@dataclass(frozen=True)
+class AuditOptions:
+    concurrency: int = 32
+    connect_timeout: float = 10.0
+    timeout: float = 60.0  # whole probe command on one host
+    nvml_timeout: float = 10.0  # NVML calls inside the probe
+    temp_alert_c: int = 78
+    memory_full_pct: float = 95.0
+    expected_driver_version: str | None = None
+
+
+@dataclass(frozen=True)
+class HostAudit:
+    host: str
+    status: Status
+    facts: HostFacts | None
+    findings: tuple[Finding, ...]
+    error: str | None
+    seconds: float
+    vars: Mapping[str, Any] = field(default_factory=dict, compare=False)
+
+    @property
+    def probed(self) -> bool:
+        return self.facts is not None
+
+    @property
+    def worst(self) -> Severity | None:
+        return Severity.worst(f.severity for f in self.findings) if self.findings else None
+
+    @property
+    def healthy(self) -> bool:
+        """Probed, NVML answered, and no warning or critical finding."""
+        return (
+            self.facts is not None
+            and not self.facts.nvml.failed
+            and all(f.severity is Severity.INFO for f in self.findings)
+        )
+
+
+@dataclass(frozen=True)
+class AuditResult:
+    fleet: str
+    inventory: str
+    started_at: _dt.datetime
+    seconds: float
+    hosts: tuple[HostAudit, ...]
+
+    @property
+    def findings(self) -> tuple[Finding, ...]:
+        return tuple(f for h in self.hosts for f in h.findings)
+
+    def host(self, name: str) -> HostAudit:
+        for h in self.hosts:
+            if h.host == name:
+                return h
+        raise KeyError(name)
+
+    @property
+    def not_probed(self) -> list[str]:
+        return [h.host for h in self.hosts if not h.probed]
+
+    def exit_code(self, fail_on: Severity = Severity.CRITICAL, unreachable_exit: int = EXIT_UNREACHABLE) -> int:
+        """1 when a finding is at or above ``fail_on``; else 3 (configurable) when a host could not be probed;
+        else 0. Findings win: a broken GPU is the page, an unreachable host is in the report either way."""
+        if any(f.severity.rank >= fail_on.rank for f in self.findings):
+            return EXIT_FINDINGS
+        if self.not_probed:
+            return unreachable_exit
+        return EXIT_CLEAN
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "schema": "gpufleet.audit/1",
+            "fleet": self.fleet,
+            "inventory": self.inventory,
+            "started_at": self.started_at.isoformat(),
+            "seconds": round(self.seconds, 3),
+            "hosts": [
+                {
+                    "host": h.host,
+                    "status": h.status.value,
+                    "error": h.error,
+                    "seconds": round(h.seconds, 3),
+                    "healthy": h.healthy,
+                    "findings": [f.to_dict() for f in h.findings],
+                    "facts": dict(h.facts.raw) if h.facts is not None else None,
+                }
+                for h in self.hosts
+            ],
+        }
+
+
+def probe_command(options: AuditOptions) -> str:
+    # The bundle comes on stdin; -I keeps the host's user site and environment out of the probe.
+    return f"python3 -I - --nvml-timeout {options.nvml_timeout:g}"
+
+
+def policy_for(hosts: Sequence[Host], options: AuditOptions) -> Policy:
+    expected = options.expected_driver_version
+    if expected is None:
+        versions = {h.expected_driver_version for h in hosts if h.expected_driver_version}
+        expected = versions.pop() if len(versions) == 1 else None
+    counts = {h.name: c for h in hosts if (c := h.expected_gpu_count) is not None}
+    return Policy(
+        expected_driver_version=expected,
+        host_gpu_count=counts,
+        temp_alert_c=options.temp_alert_c,
+        memory_full_pct=options.memory_full_pct,
+    )
+
+
+def parse_run(run: HostRun) -> tuple[HostFacts | None, str | None]:
+    if run.status is not Status.OK:
+        detail = run.error or (run.stderr.strip().splitlines() or [f"exit {run.exit_code}"])[-1]
+        return None, detail
+    try:
+        return facts_from_dict(json.loads(run.stdout), host=run.host), None
+    except (ValueError, ProbeError) as exc:
+        return None, f"probe output unusable: {exc}"
+
+
+def run_audit(
+    hosts: Sequence[Host],
+    options: AuditOptions,
+    *,
+    fleet: str = "gpu",
+    inventory: str = "",
+    progress: Callable[[HostRun], None] | None = None,
+) -> AuditResult:
+    started = _dt.datetime.now(_dt.UTC)
+    t0 = time.monotonic()
+    result: FanoutResult = fan_out(
+        hosts,
+        probe_command(options),
+        stdin=bundle(),
+        concurrency=options.concurrency,
+        connect_timeout=options.connect_timeout,
+        timeout=options.timeout,
+        progress=progress,
+    )
+    facts: dict[str, HostFacts] = {}
+    errors: dict[str, str | None] = {}
+    statuses: dict[str, Status] = {}
+    for name, run in result.runs.items():
+        parsed, error = parse_run(run)
+        statuses[name] = run.status if parsed is not None or run.status is not Status.OK else Status.FAILED
+        errors[name] = error
+        if parsed is not None:
+            facts[name] = parsed
+    findings = run_fleet_checks(facts, policy_for(hosts, options))
+    audits = tuple(
+        HostAudit(
+            host=h.name,
+            status=statuses[h.name],
+            facts=facts.get(h.name),
+            findings=findings.get(h.name, ()),
+            error=errors[h.name],
+            seconds=result.runs[h.name].seconds,
+            vars=dict(h.vars),
+        )
+        for h in hosts
+    )
+    return AuditResult(fleet, inventory, started, time.monotonic() - t0, audits)
+
+
+def save(result: AuditResult, directory: Path) -> Path:
+    """Keep this run for the next one's comparison (``history.compare``)."""
+    directory.mkdir(parents=True, exist_ok=True)
+    stamp = result.started_at.strftime("%Y%m%dT%H%M%S%fZ")
+    path = directory / f"audit-{result.fleet}-{stamp}.json"
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps(result.to_dict(), indent=1, default=str))
+    tmp.replace(path)
+    return path
