@@ -104,15 +104,140 @@ def clear(c, host):  # type: ignore[no-untyped-def]
 lab_ns = Collection("lab", up, down, lab_status, reboot, fault, clear)
 
 
+# -- audit and diagnose ----------------------------------------------------------------------------------------
+def _fleet_hosts(c: Any, fleet: str, inventory: str | None, limit: str | None) -> tuple[list[Any], str, str]:
+    from remediation.errors import InventoryError
+    from remediation.inventory import load
+
+    fleets = c.config.get("fleets", {})
+    if fleet not in fleets and inventory is None:
+        raise InventoryError(f"fleet {fleet!r} is not configured (fleets: {', '.join(fleets) or 'none'}); "
+                             "add it under fleets: in invoke.yaml or pass --inventory")
+    spec = fleets.get(fleet, {})
+    path = inventory or str(ROOT / spec.get("inventory", "inventories/lab/hosts.yml"))
+    group = spec.get("group", fleet)
+    return load(path, group, limit), path, group
+
+
+def _audit_options(c: Any, concurrency: Any, timeout: Any) -> Any:
+    from remediation.audit import AuditOptions
+    from remediation.errors import InventoryError
+
+    cfg = c.config.get("audit", {})
+    try:
+        return AuditOptions(
+            concurrency=int(concurrency or cfg.get("concurrency", 32)),
+            connect_timeout=float(cfg.get("connect_timeout", 10)),
+            timeout=float(timeout or cfg.get("timeout", 60)),
+            nvml_timeout=float(cfg.get("nvml_timeout", 10)),
+            temp_alert_c=int(cfg.get("temp_alert_c", 78)),
+            memory_full_pct=float(cfg.get("memory_full_pct", 95)),
+            expected_driver_version=cfg.get("expected_driver_version"),
+        )
+    except (TypeError, ValueError) as exc:
+        raise InventoryError(f"bad audit setting: {exc}; --concurrency and --timeout take numbers") from None
+
+
+@task(
+    name="run",
+    default=True,
+    help={
+        "fleet": "fleet name from invoke.yaml (fleets:), default gpu",
+        "inventory": "Ansible inventory to use instead of the fleet's",
+        "limit": "comma-separated host names or glob patterns",
+        "format": "table | json | junit | prom | md",
+        "out": "write the report to this file instead of stdout",
+        "fail_on": "warning | critical: exit 1 when a finding is at or above it (default from config: critical)",
+        "concurrency": "hosts probed at once",
+        "timeout": "seconds for the whole probe on one host",
+        "history": "compare with the previous run and keep this one (directory from audit.history_dir)",
+    },
+)
+@edge
+def audit(c, fleet="gpu", inventory=None, limit=None, format="table", out=None, fail_on=None,  # type: ignore[no-untyped-def]
+          concurrency=None, timeout=None, history=False):
+    """Audit a GPU fleet with NVML on every host: findings, root causes, reports. Read-only.
+
+    Exit codes: 0 clean; 1 a finding at or above --fail-on; 2 bad input; 3 a host could not be probed
+    (audit.unreachable_exit) and no finding reached --fail-on.
+    """
+    from remediation.audit import run_audit, save
+    from remediation.errors import InventoryError
+    from remediation.findings import Severity
+    from remediation.report.console import console, progress_bar
+    from remediation.report.formats import FORMATS, render
+
+    if format not in FORMATS:
+        raise InventoryError(f"--format {format!r} is not one of {', '.join(FORMATS)}")
+    cfg = c.config.get("audit", {})
+    level = fail_on or cfg.get("fail_on", "critical")
+    if level not in ("warning", "critical"):
+        raise InventoryError(f"--fail-on {level!r} must be warning or critical")
+    hosts, path, _group = _fleet_hosts(c, fleet, inventory, limit)
+    options = _audit_options(c, concurrency, timeout)
+    with progress_bar(len(hosts), enabled=format == "table" and out is None) as tick:
+        result = run_audit(hosts, options, fleet=fleet, inventory=path, progress=tick)
+    text = render(result, format, console=console)
+    if text is not None:
+        if out:
+            Path(out).write_text(text)
+            print(f"wrote {format} report to {out}", file=sys.stderr)
+        else:
+            sys.stdout.write(text if text.endswith("\n") else text + "\n")
+    if history:
+        from remediation.history import compare, load_previous, render_comparison
+
+        directory = ROOT / cfg.get("history_dir", ".audit")
+        comparison = compare(load_previous(directory, fleet), result)
+        render_comparison(comparison, console)
+        save(result, directory)
+    raise Exit(code=result.exit_code(Severity(level), int(cfg.get("unreachable_exit", 3))))
+
+
+@task(
+    help={
+        "file": "file with the text to triage (nvidia-smi output, kernel log, apt history, dkms output); - for stdin",
+        "format": "text | json",
+        "kind": "force the kind instead of detecting it",
+    },
+)
+@edge
+def diagnose(c, file="-", format="text", kind=None):  # type: ignore[no-untyped-def]
+    """Paste error text from the field; get the finding and its runbook. Exit 1 when something is found."""
+    import json
+
+    from remediation.diagnose import diagnose as run, render_text
+    from remediation.errors import ParseError
+
+    if format not in ("text", "json"):
+        raise ParseError(f"--format {format!r} must be text or json")
+    if file == "-":
+        text, source = sys.stdin.read(), "<stdin>"
+    else:
+        try:
+            text, source = Path(file).read_text(errors="replace"), file
+        except OSError as exc:
+            raise ParseError(f"cannot read {file}: {exc.strerror}; pass a readable file or - for stdin") from None
+    result = run(text, kind=kind, source=source)
+    if format == "json":
+        print(json.dumps(result.to_dict(), indent=2))
+    else:
+        print(render_text(result))
+    raise Exit(code=1 if result.findings else 0)
+
+
 # -- demo -----------------------------------------------------------------------------------------------------
 @task(help={"hosts": "lab size for the demo"})
 @edge
 def demo(c, hosts=3):  # type: ignore[no-untyped-def]
     """Game day on the lab: bring the fleet up, break gpu-2 the S1 way, and show what on-call sees."""
-    from remediation.demo import run_demo
+    from lab.demo import run_demo
 
     raise Exit(code=run_demo(_lab(c), int(hosts), ROOT))
 
 
-ns = Collection(demo)
+audit_ns = Collection("audit", audit)
+
+ns = Collection(demo, diagnose)
+ns.add_collection(audit_ns)
 ns.add_collection(lab_ns)

@@ -8,6 +8,7 @@ keys are rejected (paramiko ``RejectPolicy``), never added.
 
 from __future__ import annotations
 
+import functools
 import socket
 import time
 from collections.abc import Callable, Iterable, Mapping
@@ -51,10 +52,35 @@ class FanoutResult:
         return all(r.status is Status.OK for r in self.runs.values())
 
 
+@functools.lru_cache(maxsize=64)
+def _known_hosts_file(path: str, mtime_ns: int):  # type: ignore[no-untyped-def]
+    """Parse a known_hosts file once per run (not once per host: that grows with the square of the fleet)."""
+    import paramiko
+
+    keys = paramiko.HostKeys()
+    keys.load(path)
+    return keys
+
+
+@functools.lru_cache(maxsize=16)
+def _private_key(path: str, mtime_ns: int):  # type: ignore[no-untyped-def]
+    import paramiko
+
+    for cls in (paramiko.Ed25519Key, paramiko.ECDSAKey, paramiko.RSAKey):
+        try:
+            return cls.from_private_key_file(path)
+        except paramiko.SSHException:
+            continue
+    raise FanoutError(f"private key {path} is not an unencrypted ed25519, ECDSA or RSA key; use an ssh-agent-free key")
+
+
 def _connect_kwargs(host: Host) -> dict[str, object]:
     kwargs: dict[str, object] = {"allow_agent": False, "look_for_keys": host.key_file is None}
     if host.key_file:
-        kwargs["key_filename"] = [str(host.key_file)]
+        try:
+            kwargs["pkey"] = _private_key(str(host.key_file), host.key_file.stat().st_mtime_ns)
+        except OSError as exc:
+            raise FanoutError(f"private key {host.key_file} for {host.name} cannot be read: {exc.strerror}") from None
     return kwargs
 
 
@@ -74,12 +100,18 @@ def _connection(host: Host, connect_timeout: float):  # type: ignore[no-untyped-
     client = conn.client
     client.set_missing_host_key_policy(paramiko.RejectPolicy())
     known = host.known_hosts
-    if known is not None:
-        if not Path(known).exists():
-            raise FanoutError(f"known_hosts file {known} for {host.name} does not exist: run `invoke lab.up` or fix the inventory")
-        client.load_host_keys(str(known))
-    else:
+    if known is None:
         client.load_system_host_keys()
+        return conn
+    try:
+        shared = _known_hosts_file(str(known), Path(known).stat().st_mtime_ns)
+    except OSError:
+        raise FanoutError(
+            f"known_hosts file {known} for {host.name} cannot be read: run `invoke lab.up` or fix the inventory"
+        ) from None
+    lookup_name = host.address if host.port == 22 else f"[{host.address}]:{host.port}"
+    for keytype, key in (shared.lookup(lookup_name) or {}).items():
+        client.get_host_keys().add(lookup_name, keytype, key)
     return conn
 
 

@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from typing import TYPE_CHECKING
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from typing import TYPE_CHECKING, Any
 
 from rich.console import Console
 from rich.table import Table
@@ -43,3 +44,17 @@ def print_lab_status(hosts: Sequence[HostStatus]) -> None:
             ", ".join(h.faults) or "-",
         )
     console.print(table)
+
+
+@contextmanager
+def progress_bar(total: int, enabled: bool = True) -> Iterator[Callable[[Any], None]]:
+    """A progress bar on a terminal for long fan-outs; a no-op when not a TTY or not wanted."""
+    if not enabled or not console.is_terminal or total < 10:
+        yield lambda _run: None
+        return
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    with Progress(TextColumn("probing"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                  console=console, transient=True) as progress:
+        job = progress.add_task("probe", total=total)
+        yield lambda _run: progress.advance(job)
