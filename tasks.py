@@ -206,7 +206,8 @@ def diagnose(c, file="-", format="text", kind=None):  # type: ignore[no-untyped-
     """Paste error text from the field; get the finding and its runbook. Exit 1 when something is found."""
     import json
 
-    from remediation.diagnose import diagnose as run, render_text
+    from remediation.diagnose import diagnose as run
+    from remediation.diagnose import render_text
     from remediation.errors import ParseError
 
     if format not in ("text", "json"):
@@ -226,6 +227,54 @@ def diagnose(c, file="-", format="text", kind=None):  # type: ignore[no-untyped-
     raise Exit(code=1 if result.findings else 0)
 
 
+# -- harden -----------------------------------------------------------------------------------------------------
+@task(
+    default=True,
+    name="run",
+    help={
+        "fleet": "fleet name from invoke.yaml (fleets:), default gpu",
+        "inventory": "Ansible inventory to use instead of the fleet's",
+        "limit": "comma-separated host names or glob patterns",
+        "check": "show the per-host diff and stop: nothing changes on any host",
+        "diff": "show diffs while applying",
+        "yes": "apply without asking",
+        "batch": "hosts per batch (number or percentage, playbook serial)",
+        "max_fail_percentage": "stop the run when more than this share of a batch fails",
+    },
+)
+@edge
+def harden(c, fleet="gpu", inventory=None, limit=None, check=False, diff=False, yes=False, batch="25%",  # type: ignore[no-untyped-def]
+           max_fail_percentage=10):
+    """Stop kernel updates from breaking GPU hosts: blacklist, kernel hold; converge with audit before and after.
+
+    Exit codes: 0 converged (or --check / not confirmed); 1 a host is not hardened; 2 bad input.
+    """
+    from remediation.errors import UsageError
+    from remediation.harden import harden as run
+    from remediation.report.console import console
+    from remediation.report.converge import print_harden_plan, print_harden_result
+
+    if not (check or yes or sys.stdin.isatty()):
+        raise UsageError("harden changes hosts and there is no terminal to confirm on: pass --yes, or --check"
+                             " to preview")
+    hosts, path, _group = _fleet_hosts(c, fleet, inventory, limit)
+    options = _audit_options(c, None, None)
+
+    def confirm(plan, preview):  # type: ignore[no-untyped-def]
+        if yes:
+            return True
+        answer = input(f"apply to {len(plan.to_change)} host(s): {', '.join(plan.to_change)}? [y/N] ")
+        return answer.strip().lower() in ("y", "yes")
+
+    result = run(
+        hosts, path, options, check=check, diff=diff, batch=batch, max_fail_percentage=int(max_fail_percentage),
+        confirm=None if check else confirm,
+        show_plan=lambda plan, preview: print_harden_plan(console, plan, preview),
+    )
+    print_harden_result(console, result)
+    raise Exit(code=result.exit_code)
+
+
 # -- demo -----------------------------------------------------------------------------------------------------
 @task(help={"hosts": "lab size for the demo"})
 @edge
@@ -237,7 +286,9 @@ def demo(c, hosts=3):  # type: ignore[no-untyped-def]
 
 
 audit_ns = Collection("audit", audit)
+harden_ns = Collection("harden", harden)
 
 ns = Collection(demo, diagnose)
 ns.add_collection(audit_ns)
+ns.add_collection(harden_ns)
 ns.add_collection(lab_ns)

@@ -13,6 +13,10 @@ class RemediationError(Exception):
     exit_code = 2
 
 
+class UsageError(RemediationError):
+    """A flag or setting given to a task is unusable."""
+
+
 class InventoryError(RemediationError):
     """The inventory or a host selection is unusable."""
 

@@ -1,0 +1,121 @@
+"""``invoke harden``: keep unattended-upgrades from breaking GPU hosts, as a converge flow.
+
+audit (the probe) -> plan (which hosts need which role; compliant hosts cost no Ansible run) ->
+``--check`` shows the per-host diff and stops -> confirm unless ``--yes`` -> apply ``playbooks/harden.yml``
+through ansible-runner, limited to the hosts that need it -> re-audit -> not converged means non-zero exit.
+Hosts that cannot be changed safely (unreachable, dpkg lock held) are reported and left alone; the others go on.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from .audit import AuditOptions, AuditResult, run_audit
+from .inventory import Host
+from .runner import PlaybookResult, run_playbook
+
+PLAYBOOK = "playbooks/harden.yml"
+# finding -> the role that remediates it
+REMEDIES = {
+    "GPU-KRN-002": "gpu_kernel_hold",
+    "GPU-KRN-003": "unattended_upgrades_blacklist",
+    "GPU-KRN-004": "unattended_upgrades_blacklist",
+}
+BLOCKERS = {"GPU-APT-001": "dpkg lock held"}
+
+
+@dataclass(frozen=True)
+class HostPlan:
+    host: str
+    findings: tuple[str, ...]  # the finding IDs harden remediates on this host
+    roles: tuple[str, ...]
+    blocked: str | None = None  # why the host is left alone
+
+    @property
+    def needs_change(self) -> bool:
+        return bool(self.roles) and self.blocked is None
+
+
+@dataclass(frozen=True)
+class HardenPlan:
+    hosts: tuple[HostPlan, ...]
+
+    @property
+    def to_change(self) -> list[str]:
+        return [h.host for h in self.hosts if h.needs_change]
+
+    @property
+    def compliant(self) -> list[str]:
+        return [h.host for h in self.hosts if not h.roles and h.blocked is None]
+
+    @property
+    def blocked(self) -> list[HostPlan]:
+        return [h for h in self.hosts if h.blocked is not None]
+
+
+@dataclass(frozen=True)
+class HardenResult:
+    before: AuditResult
+    plan: HardenPlan
+    applied: PlaybookResult | None
+    after: AuditResult | None
+    stopped: str | None  # "check" | "declined" | "nothing to do" | None (applied)
+
+    @property
+    def not_converged(self) -> list[str]:
+        """Hosts that still have a finding harden remediates, or that could not be hardened (blocked)."""
+        final = plan(self.after) if self.after is not None else self.plan
+        return sorted(h.host for h in final.hosts if h.roles or h.blocked)
+
+    @property
+    def exit_code(self) -> int:
+        """0 converged (or only previewed/declined); 1 a host is not hardened after the run."""
+        if self.stopped in ("check", "declined"):
+            return 0
+        return 1 if self.not_converged else 0
+
+
+def plan(audit: AuditResult) -> HardenPlan:
+    hosts = []
+    for h in audit.hosts:
+        if not h.probed:
+            hosts.append(HostPlan(h.host, (), (), blocked=f"{h.status.value}: {h.error or 'not probed'}"))
+            continue
+        ids = tuple(sorted({f.id for f in h.findings if f.id in REMEDIES}))
+        roles = tuple(sorted({REMEDIES[i] for i in ids}))
+        blocker = next((BLOCKERS[f.id] + ": " + "; ".join(f.evidence[:1]) for f in h.findings if f.id in BLOCKERS), None)
+        hosts.append(HostPlan(h.host, ids, roles, blocked=blocker if roles else None))
+    return HardenPlan(tuple(hosts))
+
+
+def harden(
+    hosts: Sequence[Host],
+    inventory: str | Path,
+    options: AuditOptions,
+    *,
+    check: bool = False,
+    diff: bool = True,
+    batch: str | int = "25%",
+    max_fail_percentage: int = 10,
+    confirm: Callable[[HardenPlan, PlaybookResult | None], bool] | None = None,
+    show_plan: Callable[[HardenPlan, PlaybookResult | None], None] | None = None,
+) -> HardenResult:
+    before = run_audit(hosts, options, inventory=str(inventory))
+    the_plan = plan(before)
+    if not the_plan.to_change:
+        return HardenResult(before, the_plan, None, None, "nothing to do")
+    extravars = {"harden_batch": batch, "harden_max_fail_percentage": max_fail_percentage}
+    preview = None
+    if check or confirm is not None:
+        preview = run_playbook(PLAYBOOK, inventory, limit=the_plan.to_change, check=True, diff=True, extravars=extravars)
+    if show_plan is not None:
+        show_plan(the_plan, preview)
+    if check:
+        return HardenResult(before, the_plan, preview, None, "check")
+    if confirm is not None and not confirm(the_plan, preview):
+        return HardenResult(before, the_plan, preview, None, "declined")
+    applied = run_playbook(PLAYBOOK, inventory, limit=the_plan.to_change, diff=diff, extravars=extravars)
+    after = run_audit(hosts, options, inventory=str(inventory))
+    return HardenResult(before, the_plan, applied, after, None)

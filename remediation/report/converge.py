@@ -1,0 +1,66 @@
+"""Terminal output of the converge flows (harden): the plan, the per-host diff, the outcome."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from rich.console import Console
+from rich.table import Table
+
+if TYPE_CHECKING:
+    from remediation.harden import HardenPlan, HardenResult
+    from remediation.runner import PlaybookResult
+
+
+def print_harden_plan(console: Console, plan: HardenPlan, preview: PlaybookResult | None) -> None:
+    table = Table(title="harden plan")
+    for col in ("host", "action", "findings remediated", "roles"):
+        table.add_column(col)
+    for h in plan.hosts:
+        if h.blocked:
+            action = f"[red]left alone: {h.blocked}[/red]"
+        elif h.roles:
+            action = "[yellow]change[/yellow]"
+        else:
+            action = "[green]compliant, not touched[/green]"
+        table.add_row(h.host, action, ", ".join(h.findings) or "-", ", ".join(h.roles) or "-")
+    console.print(table)
+    if preview is None:
+        return
+    for host in plan.to_change:
+        outcome = preview.hosts.get(host)
+        console.rule(f"{host}: changes (check mode)")
+        if outcome is None:
+            console.print("  no result from Ansible for this host")
+            continue
+        for failure in outcome.failures:
+            console.print(f"  [red]would fail:[/red] {failure}", markup=True)
+        for change in outcome.changes:
+            if not change.changed:
+                continue
+            console.print(f"  [bold]{change.task}[/bold]")
+            for chunk in change.diff:
+                console.print(chunk.rstrip("\n"), markup=False, highlight=False)
+
+
+def print_harden_result(console: Console, result: HardenResult) -> None:
+    if result.stopped == "nothing to do":
+        console.print("harden: every reachable host is already compliant; nothing ran")
+    elif result.stopped == "check":
+        console.print(f"harden --check: {len(result.plan.to_change)} host(s) would change; nothing was changed")
+    elif result.stopped == "declined":
+        console.print("harden: not confirmed; nothing was changed")
+    if result.applied is not None and result.stopped is None:
+        a = result.applied
+        console.print(
+            f"applied: changed {', '.join(a.changed_hosts) or 'none'}; failed {', '.join(a.failed_hosts) or 'none'};"
+            f" unreachable {', '.join(a.unreachable_hosts) or 'none'}"
+        )
+        for host in a.failed_hosts + a.unreachable_hosts:
+            for failure in a.hosts[host].failures:
+                console.print(f"  {host}: {failure}", markup=False)
+    for h in result.plan.blocked:
+        console.print(f"left alone: {h.host}: {h.blocked}", markup=False)
+    if result.stopped in (None, "nothing to do"):
+        bad = result.not_converged
+        console.print("converged: every host hardened" if not bad else f"[red]not converged: {', '.join(bad)}[/red]")

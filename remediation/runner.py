@@ -1,0 +1,224 @@
+"""The one wrapper around ansible-runner: every playbook this project runs goes through ``run_playbook``.
+
+Habits from AWX and ansible-navigator: a private data dir from ``mkdtemp`` (0700), always a job timeout and
+an idle timeout, ``ident`` = the run id, ``quiet=True``, an allowlist of environment variables passed to
+Ansible, ``--check``/``--diff``/``--limit``/``--tags`` through the runner's own arguments. Events are turned
+into per-host outcomes as they arrive (cheap handler); ``stats['dark']`` (unreachable) is reported apart
+from failed.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import sys
+import tempfile
+import uuid
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from enum import StrEnum
+from pathlib import Path
+from typing import Any
+
+from .errors import RunnerError
+
+PROJECT_ROOT = Path(__file__).resolve().parent.parent
+ENV_ALLOWLIST = ("LANG", "LC_ALL", "TERM", "TZ", "SSH_AUTH_SOCK", "HTTP_PROXY", "HTTPS_PROXY", "NO_PROXY")
+
+
+class HostState(StrEnum):
+    OK = "ok"
+    CHANGED = "changed"
+    FAILED = "failed"
+    UNREACHABLE = "unreachable"
+    SKIPPED = "skipped"
+
+
+@dataclass(frozen=True)
+class TaskChange:
+    task: str
+    changed: bool
+    diff: tuple[str, ...] = ()
+    msg: str | None = None
+
+
+@dataclass(frozen=True)
+class HostOutcome:
+    host: str
+    state: HostState
+    changes: tuple[TaskChange, ...]
+    failures: tuple[str, ...]
+
+    @property
+    def changed(self) -> bool:
+        return any(c.changed for c in self.changes)
+
+
+@dataclass(frozen=True)
+class PlaybookResult:
+    run_id: str
+    rc: int
+    status: str
+    hosts: Mapping[str, HostOutcome]
+    stdout_tail: str = ""
+
+    @property
+    def failed_hosts(self) -> list[str]:
+        return sorted(h for h, o in self.hosts.items() if o.state is HostState.FAILED)
+
+    @property
+    def unreachable_hosts(self) -> list[str]:
+        return sorted(h for h, o in self.hosts.items() if o.state is HostState.UNREACHABLE)
+
+    @property
+    def changed_hosts(self) -> list[str]:
+        return sorted(h for h, o in self.hosts.items() if o.changed)
+
+
+def _render_diff(diff: Any) -> list[str]:
+    """Ansible diffs come as dicts (before/after, or prepared text) or lists of them."""
+    import difflib
+
+    out: list[str] = []
+    for d in diff if isinstance(diff, list) else [diff]:
+        if not isinstance(d, dict):
+            continue
+        if d.get("prepared"):
+            out.append(str(d["prepared"]))
+            continue
+        before, after = d.get("before"), d.get("after")
+        if isinstance(before, str) and isinstance(after, str):
+            out.extend(
+                difflib.unified_diff(
+                    before.splitlines(keepends=True),
+                    after.splitlines(keepends=True),
+                    fromfile=str(d.get("before_header", "before")),
+                    tofile=str(d.get("after_header", "after")),
+                )
+            )
+        elif before is not None or after is not None:
+            out.append(f"- {before!r}\n+ {after!r}\n")
+    return out
+
+
+@dataclass
+class _Collector:
+    changes: dict[str, list[TaskChange]] = field(default_factory=dict)
+    failures: dict[str, list[str]] = field(default_factory=dict)
+    seen: set[str] = field(default_factory=set)
+
+    def __call__(self, event: Mapping[str, Any]) -> bool:
+        kind = event.get("event", "")
+        data = event.get("event_data") or {}
+        host = data.get("host")
+        if host is None or not kind.startswith("runner_on_"):
+            return True
+        self.seen.add(host)
+        res = data.get("res") or {}
+        task = str(data.get("task", ""))
+        if kind == "runner_on_ok":
+            changed = bool(res.get("changed"))
+            diff = tuple(_render_diff(res.get("diff"))) if res.get("diff") else ()
+            if changed or diff:
+                self.changes.setdefault(host, []).append(TaskChange(task, changed, diff, res.get("msg")))
+        elif kind == "runner_on_failed" and not data.get("ignore_errors"):
+            self.failures.setdefault(host, []).append(f"{task}: {res.get('msg') or res.get('stderr') or 'failed'}")
+        elif kind == "runner_on_unreachable":
+            self.failures.setdefault(host, []).append(f"unreachable: {res.get('msg', '')}")
+        return True  # keep the event on disk (job artifacts) as well
+
+
+def _env() -> dict[str, str]:
+    env = {k: os.environ[k] for k in ENV_ALLOWLIST if k in os.environ}
+    venv_bin = str(Path(sys.executable).parent)
+    env["PATH"] = os.pathsep.join([venv_bin, "/usr/local/sbin", "/usr/local/bin", "/usr/sbin", "/usr/bin", "/sbin", "/bin"])
+    env["ANSIBLE_CONFIG"] = str(PROJECT_ROOT / "ansible.cfg")
+    env["ANSIBLE_FORCE_COLOR"] = "0"
+    return env
+
+
+def run_playbook(
+    playbook: str | Path,
+    inventory: str | Path,
+    *,
+    limit: Sequence[str] | None = None,
+    check: bool = False,
+    diff: bool = False,
+    tags: Sequence[str] | None = None,
+    extravars: Mapping[str, Any] | None = None,
+    forks: int = 30,
+    job_timeout: int = 1800,
+    idle_timeout: int = 600,
+    keep_artifacts: Path | None = None,
+) -> PlaybookResult:
+    """Run one playbook; every host targeted is in the result (ok, changed, failed, unreachable, skipped)."""
+    import ansible_runner
+
+    playbook = Path(playbook)
+    if not playbook.is_absolute():
+        playbook = PROJECT_ROOT / playbook
+    if not playbook.exists():
+        raise RunnerError(f"playbook {playbook} does not exist")
+    if shutil.which("ansible-playbook", path=_env()["PATH"]) is None:
+        raise RunnerError("ansible-playbook not found next to this Python: install the project (./run setup)")
+    run_id = uuid.uuid4().hex[:12]
+    private = Path(tempfile.mkdtemp(prefix=f"gpufleet-runner-{run_id}-"))
+    private.chmod(0o700)
+    env = _env()
+    env["ANSIBLE_HOME"] = str(private / "ansible-home")
+    env["ANSIBLE_LOCAL_TEMP"] = str(private / "tmp")
+    cmdline = []
+    if check:
+        cmdline.append("--check")
+    if diff:
+        cmdline.append("--diff")
+    collector = _Collector()
+    try:
+        runner = ansible_runner.run(
+            private_data_dir=str(private),
+            ident=run_id,
+            playbook=str(playbook),
+            inventory=str(Path(inventory).resolve()),
+            limit=",".join(limit) if limit else None,
+            tags=",".join(tags) if tags else None,
+            extravars=dict(extravars or {}),
+            envvars=env,
+            cmdline=" ".join(cmdline) or None,
+            forks=forks,
+            quiet=True,
+            event_handler=collector,
+            settings={"job_timeout": job_timeout, "idle_timeout": idle_timeout, "suppress_ansible_output": True},
+            project_dir=str(PROJECT_ROOT),
+        )
+        stats = runner.stats or {}
+        tail = ""
+        try:
+            tail = "".join(runner.stdout.readlines()[-40:])
+        except (OSError, ValueError):
+            pass
+        hosts: dict[str, HostOutcome] = {}
+        names = set(collector.seen)
+        for key in ("ok", "changed", "failures", "dark", "skipped"):
+            names |= set((stats.get(key) or {}).keys())
+        for name in sorted(names):
+            if name in (stats.get("dark") or {}):
+                state = HostState.UNREACHABLE
+            elif name in (stats.get("failures") or {}):
+                state = HostState.FAILED
+            elif name in (stats.get("changed") or {}):
+                state = HostState.CHANGED
+            elif name in (stats.get("ok") or {}):
+                state = HostState.OK
+            else:
+                state = HostState.SKIPPED
+            hosts[name] = HostOutcome(
+                name, state, tuple(collector.changes.get(name, ())), tuple(collector.failures.get(name, ()))
+            )
+        if runner.status in ("timeout",):
+            raise RunnerError(f"playbook {playbook.name} timed out (job {job_timeout} s / idle {idle_timeout} s)")
+        return PlaybookResult(run_id, int(runner.rc or 0), str(runner.status), hosts, tail)
+    finally:
+        if keep_artifacts is not None:
+            keep_artifacts.mkdir(parents=True, exist_ok=True)
+            shutil.copytree(private / "artifacts", keep_artifacts / run_id, dirs_exist_ok=True)
+        shutil.rmtree(private, ignore_errors=True)
