@@ -177,7 +177,9 @@ def audit(c, fleet="gpu", inventory=None, limit=None, format="table", out=None, 
     options = _audit_options(c, concurrency, timeout)
     with progress_bar(len(hosts), enabled=format == "table" and out is None) as tick:
         result = run_audit(hosts, options, fleet=fleet, inventory=path, progress=tick)
-    text = render(result, format, console=console)
+    unreachable_exit = int(cfg.get("unreachable_exit", 3))
+    text = render(result, format, console=None if out else console, fail_on=Severity(level),
+                  unreachable_exit=unreachable_exit)
     if text is not None:
         if out:
             Path(out).write_text(text)
@@ -191,7 +193,7 @@ def audit(c, fleet="gpu", inventory=None, limit=None, format="table", out=None, 
         comparison = compare(load_previous(directory, fleet), result)
         render_comparison(comparison, console)
         save(result, directory)
-    raise Exit(code=result.exit_code(Severity(level), int(cfg.get("unreachable_exit", 3))))
+    raise Exit(code=result.exit_code(Severity(level), unreachable_exit))
 
 
 @task(

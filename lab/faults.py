@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from remediation.errors import LabError
 
 from . import hardware, packages
-from .control import Lab
+from .control import Lab, require_root
 
 
 @dataclass(frozen=True)
@@ -204,6 +204,7 @@ FAULTS: dict[str, Callable[[Lab, str], str]] = {
 
 
 def inject(lab: Lab, host: str, fault: str) -> FaultResult:
+    require_root()
     if fault not in FAULTS:
         raise LabError(f"unknown fault {fault!r}; known faults: {', '.join(FAULTS)}")
     lab.spec(host)  # names the host and the lab's hosts when it is not there

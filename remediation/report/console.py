@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
@@ -12,7 +13,8 @@ from rich.table import Table
 if TYPE_CHECKING:
     from lab.control import HostStatus, UpResult
 
-console = Console(highlight=False)
+# Wide enough for the fleet table when piped (CI logs, files); a terminal keeps its own width.
+console = Console(highlight=False, width=None if sys.stdout.isatty() else 160)
 
 
 def print_lab_up(result: UpResult) -> None:

@@ -1,0 +1,80 @@
+"""Game day on the lab: the runbook's S1 incident, end to end, as on-call sees it.
+
+1. bring up a small fleet and audit it (healthy GPUs; the predictive warnings of an unhardened fleet);
+2. a weekend of unattended upgrades on gpu-2: the real ``unattended-upgrade`` installs the new kernel,
+   the host reboots into it and the NVIDIA driver has no module for it;
+3. what on-call sees on the host (``nvidia-smi``, ``dmesg``), triaged with ``diagnose``;
+4. the fleet audit again: gpu-2's finding names the kernel package, who installed it and when, and the
+   incident report carries the runbook's five sections with the host's evidence.
+
+Returns 0 when every step showed what it should (the demo checks itself), 1 otherwise.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from rich.rule import Rule
+
+from remediation.audit import AuditOptions, AuditResult, run_audit
+from remediation.diagnose import diagnose, render_text
+from remediation.inventory import load
+from remediation.report.console import console
+from remediation.report.formats import render
+
+from .control import Lab
+from .faults import inject
+
+BROKEN = "gpu-2"
+
+
+def _audit(lab: Lab) -> AuditResult:
+    hosts = load(lab.cfg.inventory_path, "gpu")
+    return run_audit(hosts, AuditOptions(nvml_timeout=5, timeout=60), fleet="gpu", inventory=str(lab.cfg.inventory_path))
+
+
+def run_demo(lab: Lab, hosts: int, root: Path) -> int:
+    ok = True
+    console.print(Rule("1. the lab fleet"))
+    if lab.existing_hosts() and BROKEN in lab.existing_hosts():
+        lab.clear(BROKEN)  # a demo always starts from a healthy gpu-2
+    up = lab.up(max(hosts, 2))
+    console.print(f"{len(up.hosts)} simulated Azure GPU VMs ({lab.cfg.sku}) up in {up.seconds:.1f} s; "
+                  f"inventory {up.inventory}")
+    before = _audit(lab)
+    render(before, "table", console=console)
+    ok &= before.host(BROKEN).facts is not None and not before.host(BROKEN).facts.nvml.failed  # type: ignore[union-attr]
+
+    console.print(Rule(f"2. Saturday night on {BROKEN}: unattended-upgrades brings a new kernel"))
+    result = inject(lab, BROKEN, "kernel-upgrade")
+    console.print(result.detail)
+
+    console.print(Rule(f"3. Monday morning: ssh {BROKEN}"))
+    smi = lab.run_in_host(BROKEN, ["nvidia-smi"], check=False)
+    console.print(f"$ nvidia-smi   (exit {smi.returncode})\n{smi.stdout.strip()}", markup=False)
+    dmesg = lab.run_in_host(BROKEN, ["sh", "-c", "dmesg | grep -i nvidia"], check=False)
+    console.print(f"$ dmesg | grep -i nvidia\n{dmesg.stdout.strip()}", markup=False)
+    triage = diagnose(smi.stdout, source=f"nvidia-smi on {BROKEN}")
+    console.print("$ invoke diagnose  (the nvidia-smi text pasted)")
+    console.print(render_text(triage), markup=False)
+    ok &= smi.returncode == 9 and any(f.id == "GPU-DRV-001" for f in triage.findings)
+
+    console.print(Rule("4. the fleet audit names the root cause"))
+    after = _audit(lab)
+    render(after, "table", console=console)
+    broken = after.host(BROKEN)
+    s1 = [f for f in broken.findings if f.id == "GPU-DRV-001"]
+    ok &= bool(s1) and any("linux-image-6.5.0-45-generic" in line for f in broken.findings for line in f.evidence)
+    incident = render(after, "md")
+    if incident:
+        section = incident.split("\n# ")
+        mine = [s for s in section if BROKEN in s and "GPU-DRV-001" in s]
+        console.print(Rule(f"incident report for {BROKEN}"))
+        console.print(("# " + mine[0]) if mine else incident, markup=False)
+    console.print(Rule("next"))
+    console.print(
+        f"the lab stays up: `ssh -F {lab.cfg.inventory_path.parent / 'ssh_config'} {BROKEN}`, `invoke audit`,"
+        f" `invoke lab.status`, `invoke lab.clear --host {BROKEN}`, `invoke lab.down`"
+    )
+    console.print("demo: " + ("every step showed what it should" if ok else "SOMETHING DID NOT SHOW AS EXPECTED"))
+    return 0 if ok else 1
