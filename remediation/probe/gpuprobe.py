@@ -8,6 +8,9 @@ module wrapper through :func:`collect`.
 
 Contract:
 - stdout carries exactly one JSON document (schema ``gpufleet.facts/1``, see docs/facts-schema.md);
+  with ``--json-out PATH`` and/or ``--prom-out PATH`` (the timer's mode) stdout stays empty and the document
+  and/or a Prometheus textfile computed from it (:func:`render_prometheus`) are written atomically, mode
+  0644; a file that cannot be written makes the exit status 1;
 - the exit status is 0 whenever that document was written, NVML failures included (failures are data);
 - it never hangs: NVML runs in a forked child that is SIGKILLed and reaped after ``--nvml-timeout``,
   and every external command runs with a timeout;
@@ -18,6 +21,7 @@ annotations, no ``match``.
 """
 
 import argparse
+import calendar
 import contextlib
 import datetime
 import errno
@@ -32,6 +36,7 @@ import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 import traceback
 from typing import Any, Callable, Dict, Iterable, List, Optional, Tuple  # noqa: F401 - used in type comments (3.8)
@@ -1461,6 +1466,171 @@ def collect(options=None):
     return doc
 
 
+# --------------------------------------------------------------------------------------------------
+# output files: the facts JSON and a Prometheus textfile (node_exporter textfile collector)
+
+# name -> (type, help).  The controller-side renderer uses the same names; keep them in step.
+PROM_METRICS = (
+    ("gpufleet_nvml_ok", "gauge", "1 when NVML initialised and every GPU answered, else 0."),
+    ("gpufleet_nvml_error", "gauge", "1 for the NVML error class of a host whose NVML check failed."),
+    ("gpufleet_gpu_count", "gauge", "GPUs NVML reports (nvmlDeviceGetCount)."),
+    ("gpufleet_gpu_temperature_celsius", "gauge", "GPU core temperature."),
+    ("gpufleet_gpu_memory_used_bytes", "gauge", "GPU memory in use (includes the driver's reservation)."),
+    ("gpufleet_gpu_memory_total_bytes", "gauge", "GPU memory in total."),
+    ("gpufleet_gpu_clocks_event_reasons", "gauge", "Bit mask of active clock event (throttle) reasons."),
+    ("gpufleet_gpu_ecc_uncorrected_volatile_total", "counter", "Uncorrected ECC errors since the driver loaded."),
+    ("gpufleet_gpu_remap_pending", "gauge", "1 when a row remap (or page retirement) waits for a GPU reset."),
+    ("gpufleet_kernel_held", "gauge", "1 when the booted kernel's image package is on hold in dpkg."),
+    ("gpufleet_driver_info", "gauge", "NVIDIA driver version (NVML's, else the driver package's); value 1."),
+    ("gpufleet_kernel_nvidia_module", "gauge", "1 when that installed kernel has an NVIDIA module, else 0."),
+    ("gpufleet_unattended_upgrades_enabled", "gauge", "1 when unattended-upgrades is installed and enabled."),
+    ("gpufleet_reboot_required", "gauge", "1 when /run/reboot-required exists."),
+    ("gpufleet_probe_timestamp_seconds", "gauge", "Unix time when the probe started collecting."),
+    ("gpufleet_probe_duration_seconds", "gauge", "Wall time of the whole collection."),
+)
+
+
+def _prom_escape_label(value):
+    # type: (Any) -> str
+    text = "" if value is None else str(value)
+    return text.replace("\\", "\\\\").replace("\n", "\\n").replace('"', '\\"')
+
+
+def _prom_escape_help(text):
+    # type: (str) -> str
+    return text.replace("\\", "\\\\").replace("\n", "\\n")
+
+
+def _prom_number(value):
+    # type: (Any) -> str
+    if isinstance(value, bool):
+        return "1" if value else "0"
+    if isinstance(value, int):
+        return str(value)
+    return repr(float(value))
+
+
+def _iso_to_epoch(text):
+    # type: (Any) -> Optional[float]
+    if not isinstance(text, str):
+        return None
+    try:
+        parsed = datetime.datetime.strptime(text, "%Y-%m-%dT%H:%M:%SZ")
+    except ValueError:
+        return None
+    return float(calendar.timegm(parsed.timetuple()))
+
+
+def _prom_samples(doc, host):
+    # type: (Dict[str, Any], str) -> Dict[str, List[Tuple[Dict[str, str], Any]]]
+    """Facts document -> {metric name: [(labels, value), ...]}; absent facts give no sample."""
+    out = dict((name, []) for name, _, _ in PROM_METRICS)  # type: Dict[str, List[Tuple[Dict[str, str], Any]]]
+
+    def add(name, value, **labels):
+        # type: (str, Any, str) -> None
+        if value is None:
+            return
+        merged = {"host": host}
+        merged.update(labels)
+        out[name].append((merged, value))
+
+    nvml = doc.get("nvml") or {}
+    ok = bool(nvml.get("ok"))
+    add("gpufleet_nvml_ok", ok)
+    if not ok:
+        add("gpufleet_nvml_error", 1, error_class=str(nvml.get("error_class") or "other"))
+    count = nvml.get("device_count")
+    if isinstance(count, int) and not isinstance(count, bool):
+        add("gpufleet_gpu_count", count)
+    for gpu in nvml.get("gpus") or []:
+        if not isinstance(gpu, dict) or gpu.get("index") is None:
+            continue
+        index = str(gpu["index"])
+        uuid = gpu.get("uuid") or ""
+        add("gpufleet_gpu_temperature_celsius", gpu.get("temperature_c"), gpu=index, uuid=uuid)
+        memory = gpu.get("memory") or {}
+        add("gpufleet_gpu_memory_used_bytes", memory.get("used"), gpu=index, uuid=uuid)
+        add("gpufleet_gpu_memory_total_bytes", memory.get("total"), gpu=index, uuid=uuid)
+        add("gpufleet_gpu_clocks_event_reasons", (gpu.get("clocks_event_reasons") or {}).get("mask"), gpu=index)
+        ecc_volatile = (gpu.get("ecc") or {}).get("volatile") or {}
+        add("gpufleet_gpu_ecc_uncorrected_volatile_total", ecc_volatile.get("uncorrected"), gpu=index)
+        pending = (gpu.get("remapped_rows") or {}).get("pending")
+        if pending is None:
+            pending = (gpu.get("retired_pages") or {}).get("pending")
+        add("gpufleet_gpu_remap_pending", pending, gpu=index)
+
+    system = doc.get("system") or {}
+    packages = doc.get("packages") or {}
+    booted = system.get("kernel")
+    kernels = [k for k in packages.get("kernels") or [] if isinstance(k, dict) and k.get("release")]
+    if booted and packages.get("available", True) and doc.get("packages") is not None:
+        held = set(packages.get("held") or [])
+        images = set(k.get("image_package") for k in kernels if k.get("release") == booted)
+        images.add("linux-image-%s" % booted)
+        add("gpufleet_kernel_held", bool(images & held), kernel=booted)
+    for kernel in kernels:
+        add(
+            "gpufleet_kernel_nvidia_module",
+            bool((kernel.get("nvidia_module") or {}).get("present")),
+            kernel=kernel["release"],
+            booted="true" if kernel["release"] == booted else "false",
+        )
+    version = nvml.get("driver_version") or packages.get("driver_package_version")
+    if version:
+        add("gpufleet_driver_info", 1, version=str(version))
+    unattended = doc.get("unattended_upgrades")
+    if isinstance(unattended, dict) and "enabled" in unattended:
+        add("gpufleet_unattended_upgrades_enabled", bool(unattended.get("enabled")))
+    if "reboot_required" in system:
+        add("gpufleet_reboot_required", bool(system.get("reboot_required")))
+    add("gpufleet_probe_timestamp_seconds", _iso_to_epoch(doc.get("collected_at")))
+    duration_ms = doc.get("duration_ms")
+    if isinstance(duration_ms, (int, float)) and not isinstance(duration_ms, bool):
+        add("gpufleet_probe_duration_seconds", duration_ms / 1000.0)
+    return out
+
+
+def render_prometheus(doc, host=None):
+    # type: (Dict[str, Any], Optional[str]) -> str
+    """The facts document as a Prometheus textfile (exposition format 0.0.4), computed from the facts alone.
+
+    ``host`` is the value of every sample's ``host`` label (default: the document's ``hostname``)."""
+    host = host or str(doc.get("hostname") or socket.gethostname())
+    samples = _prom_samples(doc, host)
+    lines = []  # type: List[str]
+    for name, kind, help_text in PROM_METRICS:
+        if not samples[name]:
+            continue
+        lines.append("# HELP %s %s" % (name, _prom_escape_help(help_text)))
+        lines.append("# TYPE %s %s" % (name, kind))
+        for labels, value in samples[name]:
+            rendered = ",".join('%s="%s"' % (key, _prom_escape_label(labels[key])) for key in labels)
+            lines.append("%s{%s} %s" % (name, rendered, _prom_number(value)))
+    return "\n".join(lines) + "\n"
+
+
+def write_atomic(path, text, mode=0o644):
+    # type: (str, str, int) -> None
+    """Write ``text`` to ``path`` through a temporary file in the same directory and a rename, so readers
+    (node_exporter, the controller) see the old file or the new one, never half of one.  The temporary
+    name ends in ``.tmp``: node_exporter's textfile collector reads ``*.prom`` only."""
+    directory = os.path.dirname(os.path.abspath(path))
+    if not os.path.isdir(directory):
+        os.makedirs(directory, 0o755)
+    fd, tmp = tempfile.mkstemp(dir=directory, prefix="." + os.path.basename(path) + ".", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as handle:
+            handle.write(text)
+            handle.flush()
+            os.fchmod(handle.fileno(), mode)
+            os.fsync(handle.fileno())
+        os.rename(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
+
+
 def build_arg_parser():
     # type: () -> argparse.ArgumentParser
     parser = argparse.ArgumentParser(prog="gpuprobe", description="Collect GPU host facts as one JSON document.")
@@ -1475,6 +1645,15 @@ def build_arg_parser():
     parser.add_argument("--skip-nvml", action="store_true", help="do not touch NVML")
     parser.add_argument("--command-timeout", type=float, default=COMMAND_TIMEOUT_S, help="seconds for apt-config/dmesg")
     parser.add_argument("--indent", type=int, default=None, help="pretty-print the JSON")
+    parser.add_argument(
+        "--json-out", default=None, metavar="PATH", help="write the facts JSON to PATH (atomically, mode 0644)"
+    )
+    parser.add_argument(
+        "--prom-out", default=None, metavar="PATH", help="write a Prometheus textfile to PATH (atomically, mode 0644)"
+    )
+    parser.add_argument(
+        "--host-label", default=None, help="value of the metrics' host label (default: the host name)"
+    )
     return parser
 
 
@@ -1499,9 +1678,25 @@ def main(argv=None):
             "hostname": socket.gethostname(),
             "errors": [{"section": "probe", "error": "%s: %s" % (type(exc).__name__, exc)}],
         }
-    sys.stdout.write(json.dumps(doc, indent=args.indent, sort_keys=True) + "\n")
-    sys.stdout.flush()
-    return 0
+    text = json.dumps(doc, indent=args.indent, sort_keys=True) + "\n"
+    if not (args.json_out or args.prom_out):
+        sys.stdout.write(text)
+        sys.stdout.flush()
+        return 0
+    # Output files (the timer's mode): nothing on stdout; a file that cannot be written is exit status 1.
+    status = 0
+    outputs = []  # type: List[Tuple[str, Callable[[], str]]]
+    if args.json_out:
+        outputs.append((args.json_out, lambda: text))
+    if args.prom_out:
+        outputs.append((args.prom_out, lambda: render_prometheus(doc, args.host_label)))
+    for path, render in outputs:
+        try:
+            write_atomic(path, render())
+        except Exception as exc:
+            sys.stderr.write("gpuprobe: cannot write %s: %s: %s\n" % (path, type(exc).__name__, exc))
+            status = 1
+    return status
 
 
 if __name__ == "__main__":
