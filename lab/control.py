@@ -111,14 +111,16 @@ class Lab:
         log = self.paths.supervisor_log.open("ab")
         env = dict(os.environ)
         env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(PROJECT_ROOT), env.get("PYTHONPATH", "")]))
-        subprocess.Popen(
-            [sys.executable, "-m", "lab.supervisor", str(self.paths.state), str(base.path), str(self.cfg.boot_delay)],
+        # setsid --fork: the supervisor is nobody's child here, so it outlives this command and leaves no zombie.
+        subprocess.run(
+            ["setsid", "--fork", sys.executable, "-m", "lab.supervisor", str(self.paths.state), str(base.path),
+             str(self.cfg.boot_delay)],
             stdin=subprocess.DEVNULL,
             stdout=log,
             stderr=subprocess.STDOUT,
-            start_new_session=True,
             cwd=str(PROJECT_ROOT),
             env=env,
+            check=True,
         )
         log.close()
         deadline = time.monotonic() + 10
@@ -270,11 +272,12 @@ class Lab:
         require_root()
         with self.locked():
             stopped: list[str] = []
-            if self.supervisor_pid() is not None:
+            sup = self.supervisor_pid()
+            if sup is not None:
                 stopped = sorted(self.request("shutdown", timeout=120)["result"])
                 deadline = time.monotonic() + 10
-                while self.supervisor_pid() is not None and time.monotonic() < deadline:
-                    time.sleep(0.05)
+                while _alive(sup) and time.monotonic() < deadline:
+                    time.sleep(0.02)  # until the process itself is gone, not just its pid file
             # Hosts left from a supervisor that died: end their namespaces directly.
             for name in self.existing_hosts():
                 pid = self._init_pid(name)
@@ -424,6 +427,13 @@ class Lab:
             (self.paths.host(name) / "faults").write_text("")
             self.request("start", [name])
             self.wait_ready([name], self.cfg.ready_timeout)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().split(") ", 1)[1][0] != "Z"
+    except (OSError, IndexError):
+        return False
 
 
 def _read(path: Path) -> str | None:
