@@ -81,9 +81,26 @@ def reboot(c, host, no_wait=False):  # type: ignore[no-untyped-def]
     print(f"{host} rebooted" + (f" (boot id {boot_id})" if boot_id else ""))
 
 
-@task(help={"host": "lab host, e.g. gpu-2", "fault": "one of: " + ", ".join(
-    ["kernel-upgrade", "driver-mismatch", "thermal", "ecc", "xid-79", "gpu-missing", "memory-full", "unreachable",
-     "apt-lock", "hang"])})
+@task(
+    help={
+        "host": "lab host, e.g. gpu-2",
+        "fault": "one of: "
+        + ", ".join(
+            [
+                "kernel-upgrade",
+                "driver-mismatch",
+                "thermal",
+                "ecc",
+                "xid-79",
+                "gpu-missing",
+                "memory-full",
+                "unreachable",
+                "apt-lock",
+                "hang",
+            ]
+        ),
+    }
+)
 @edge
 def fault(c, host, fault):  # type: ignore[no-untyped-def]
     """Give a lab host a fault with the symptoms a real GPU VM shows."""
@@ -111,8 +128,10 @@ def _fleet_hosts(c: Any, fleet: str, inventory: str | None, limit: str | None) -
 
     fleets = c.config.get("fleets", {})
     if fleet not in fleets and inventory is None:
-        raise InventoryError(f"fleet {fleet!r} is not configured (fleets: {', '.join(fleets) or 'none'}); "
-                             "add it under fleets: in invoke.yaml or pass --inventory")
+        raise InventoryError(
+            f"fleet {fleet!r} is not configured (fleets: {', '.join(fleets) or 'none'}); "
+            "add it under fleets: in invoke.yaml or pass --inventory"
+        )
     spec = fleets.get(fleet, {})
     path = inventory or str(ROOT / spec.get("inventory", "inventories/lab/hosts.yml"))
     group = spec.get("group", fleet)
@@ -154,8 +173,18 @@ def _audit_options(c: Any, concurrency: Any, timeout: Any) -> Any:
     },
 )
 @edge
-def audit(c, fleet="gpu", inventory=None, limit=None, format="table", out=None, fail_on=None,  # type: ignore[no-untyped-def]
-          concurrency=None, timeout=None, history=False):
+def audit(
+    c,
+    fleet="gpu",
+    inventory=None,
+    limit=None,
+    format="table",
+    out=None,
+    fail_on=None,  # type: ignore[no-untyped-def]
+    concurrency=None,
+    timeout=None,
+    history=False,
+):
     """Audit a GPU fleet with NVML on every host: findings, root causes, reports. Read-only.
 
     Exit codes: 0 clean; 1 a finding at or above --fail-on; 2 bad input; 3 a host could not be probed
@@ -178,8 +207,9 @@ def audit(c, fleet="gpu", inventory=None, limit=None, format="table", out=None, 
     with progress_bar(len(hosts), enabled=format == "table" and out is None) as tick:
         result = run_audit(hosts, options, fleet=fleet, inventory=path, progress=tick)
     unreachable_exit = int(cfg.get("unreachable_exit", 3))
-    text = render(result, format, console=None if out else console, fail_on=Severity(level),
-                  unreachable_exit=unreachable_exit)
+    text = render(
+        result, format, console=None if out else console, fail_on=Severity(level), unreachable_exit=unreachable_exit
+    )
     if text is not None:
         if out:
             Path(out).write_text(text)
@@ -245,8 +275,17 @@ def diagnose(c, file="-", format="text", kind=None):  # type: ignore[no-untyped-
     },
 )
 @edge
-def harden(c, fleet="gpu", inventory=None, limit=None, check=False, diff=False, yes=False, batch="25%",  # type: ignore[no-untyped-def]
-           max_fail_percentage=10):
+def harden(
+    c,
+    fleet="gpu",
+    inventory=None,
+    limit=None,
+    check=False,
+    diff=False,
+    yes=False,
+    batch="25%",  # type: ignore[no-untyped-def]
+    max_fail_percentage=10,
+):
     """Stop kernel updates from breaking GPU hosts: blacklist, kernel hold; converge with audit before and after.
 
     Exit codes: 0 converged (or --check / not confirmed); 1 a host is not hardened; 2 bad input.
@@ -257,8 +296,9 @@ def harden(c, fleet="gpu", inventory=None, limit=None, check=False, diff=False, 
     from remediation.report.converge import print_harden_plan, print_harden_result
 
     if not (check or yes or sys.stdin.isatty()):
-        raise UsageError("harden changes hosts and there is no terminal to confirm on: pass --yes, or --check"
-                             " to preview")
+        raise UsageError(
+            "harden changes hosts and there is no terminal to confirm on: pass --yes, or --check to preview"
+        )
     hosts, path, _group = _fleet_hosts(c, fleet, inventory, limit)
     options = _audit_options(c, None, None)
 
@@ -269,7 +309,13 @@ def harden(c, fleet="gpu", inventory=None, limit=None, check=False, diff=False, 
         return answer.strip().lower() in ("y", "yes")
 
     result = run(
-        hosts, path, options, check=check, diff=diff, batch=batch, max_fail_percentage=int(max_fail_percentage),
+        hosts,
+        path,
+        options,
+        check=check,
+        diff=diff,
+        batch=batch,
+        max_fail_percentage=int(max_fail_percentage),
         confirm=None if check else confirm,
         show_plan=lambda plan, preview: print_harden_plan(console, plan, preview),
     )

@@ -50,8 +50,19 @@ def time_pssh(lab: Lab, names: list[str], probe: bytes, options: AuditOptions) -
         hosts_file.write_text("".join(f"{n}\n" for n in names))
         out = Path(tmp) / "out"
         cmd = [
-            "parallel-ssh", "-h", str(hosts_file), "-p", str(len(names)), "-t", "120", "-I",
-            "-x", f"-F {lab.paths.ssh_config}", "-o", str(out), probe_command(options),
+            "parallel-ssh",
+            "-h",
+            str(hosts_file),
+            "-p",
+            str(len(names)),
+            "-t",
+            "120",
+            "-I",
+            "-x",
+            f"-F {lab.paths.ssh_config}",
+            "-o",
+            str(out),
+            probe_command(options),
         ]
         t0 = time.monotonic()
         proc = subprocess.run(cmd, input=probe, capture_output=True, check=False)
@@ -71,11 +82,21 @@ def main() -> None:
     probe = bundle()
     rows = []
     tmp = Path(tempfile.mkdtemp(prefix="gpulab-bench-"))
-    lab = Lab(LabConfig.from_mapping({
-        "state_dir": str(tmp / "state"), "address_prefix": "127.0.60",
-        "inventory_path": str(tmp / "hosts.yml"),
-        **({"cache_dir": str(ROOT / ".lab/cache")} if not __import__("os").environ.get("GPULAB_CACHE_DIR") else {}),
-    }, root=ROOT))
+    lab = Lab(
+        LabConfig.from_mapping(
+            {
+                "state_dir": str(tmp / "state"),
+                "address_prefix": "127.0.60",
+                "inventory_path": str(tmp / "hosts.yml"),
+                **(
+                    {"cache_dir": str(ROOT / ".lab/cache")}
+                    if not __import__("os").environ.get("GPULAB_CACHE_DIR")
+                    else {}
+                ),
+            },
+            root=ROOT,
+        )
+    )
     try:
         for n in sizes:
             lab.down(purge=True)
@@ -93,8 +114,11 @@ def main() -> None:
                 pssh_times.append(time_pssh(lab, [h.name for h in hosts], probe, options))
             a, p = statistics.median(audit_times), statistics.median(pssh_times)
             rows.append((n, up.seconds, memory, a, p))
-            print(f"{n:>4} hosts: lab.up {up.seconds:.2f} s, {memory:.2f} MiB/host; audit {a:.2f} s,"
-                  f" parallel-ssh {p:.2f} s, ratio {a / p:.2f}", flush=True)
+            print(
+                f"{n:>4} hosts: lab.up {up.seconds:.2f} s, {memory:.2f} MiB/host; audit {a:.2f} s,"
+                f" parallel-ssh {p:.2f} s, ratio {a / p:.2f}",
+                flush=True,
+            )
     finally:
         lab.down(purge=True)
     print("\n| hosts | lab.up | memory/host | audit (median) | parallel-ssh (median) | audit / pssh |")

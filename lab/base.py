@@ -203,8 +203,20 @@ def _customize(root: Path, repo: Path, native: dict[str, Path], log: Path) -> No
     script = CUSTOMIZE.replace("{repo_mount}", REPO_MOUNT)
     script = script.replace("{install}", " ".join(install)).replace("{auto}", " ".join(auto))
     _run(
-        ["unshare", "--mount", "--pid", "--fork", "--propagation", "private", "sh", "-c", script, "sh",
-         str(root), str(repo)],
+        [
+            "unshare",
+            "--mount",
+            "--pid",
+            "--fork",
+            "--propagation",
+            "private",
+            "sh",
+            "-c",
+            script,
+            "sh",
+            str(root),
+            str(repo),
+        ],
         log,
         "installing the simulated kernel and NVIDIA driver into the base",
     )

@@ -120,10 +120,16 @@ def read_hw(hw_file: Path) -> dict[str, str]:
 def kmsg_lines(kernel: str, module: str | None, hw: dict[str, str], boot_id: str) -> list[tuple[float, str]]:
     abi = kernel.split("-")[1] if "-" in kernel else "0"
     lines = [
-        (0.0, f"Linux version {kernel} (buildd@lcy02-amd64-051) (x86_64-linux-gnu-gcc-12 (Ubuntu 12.3.0-1ubuntu1~22.04)"
-              f" 12.3.0, GNU ld (GNU Binutils for Ubuntu) 2.38) #{abi}~22.04.1-Ubuntu SMP PREEMPT_DYNAMIC"),
-        (0.0, f"Command line: BOOT_IMAGE=/boot/vmlinuz-{kernel} root=PARTUUID={boot_id[:8]}-01 ro console=tty1"
-              " console=ttyS0 earlyprintk=ttyS0"),
+        (
+            0.0,
+            f"Linux version {kernel} (buildd@lcy02-amd64-051) (x86_64-linux-gnu-gcc-12 (Ubuntu 12.3.0-1ubuntu1~22.04)"
+            f" 12.3.0, GNU ld (GNU Binutils for Ubuntu) 2.38) #{abi}~22.04.1-Ubuntu SMP PREEMPT_DYNAMIC",
+        ),
+        (
+            0.0,
+            f"Command line: BOOT_IMAGE=/boot/vmlinuz-{kernel} root=PARTUUID={boot_id[:8]}-01 ro console=tty1"
+            " console=ttyS0 earlyprintk=ttyS0",
+        ),
         (0.412303, "Hypervisor detected: Microsoft Hyper-V"),
     ]
     t = 4.212345
@@ -168,8 +174,12 @@ def make_dev(root: Path) -> None:
     mount("devpts", dev / "pts", "devpts", 0, "newinstance,ptmxmode=0666,mode=620")
     (dev / "ptmx").symlink_to("pts/ptmx")
     mount("tmpfs", dev / "shm", "tmpfs", 0, "mode=1777,size=16m")
-    for name, target in (("fd", "/proc/self/fd"), ("stdin", "/proc/self/fd/0"), ("stdout", "/proc/self/fd/1"),
-                         ("stderr", "/proc/self/fd/2")):
+    for name, target in (
+        ("fd", "/proc/self/fd"),
+        ("stdin", "/proc/self/fd/0"),
+        ("stdout", "/proc/self/fd/1"),
+        ("stderr", "/proc/self/fd/2"),
+    ):
         (dev / name).symlink_to(target)
 
 
@@ -223,7 +233,7 @@ def main(argv: list[str]) -> None:
     root, _ = boot(host_dir, base_dir)
     init = str(base_dir / "native/gpulab-init")
     sys.stdout.flush()
-    os.execv(init, ["gpulab-init", str(root)])
+    os.execv(init, ["gpulab-init", str(root)])  # noqa: S606 - becomes PID 1 of the host, no shell involved
 
 
 if __name__ == "__main__":

@@ -92,7 +92,9 @@ class Lab:
             try:
                 s.connect(str(self.paths.supervisor_socket))
             except OSError as exc:
-                raise LabError(f"the lab supervisor is not running ({exc}): start the lab with `invoke lab.up`") from None
+                raise LabError(
+                    f"the lab supervisor is not running ({exc}): start the lab with `invoke lab.up`"
+                ) from None
             s.sendall(json.dumps({"op": op, "hosts": list(hosts)}).encode() + b"\n")
             data = b""
             while not data.endswith(b"\n"):
@@ -113,8 +115,16 @@ class Lab:
         env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(PROJECT_ROOT), env.get("PYTHONPATH", "")]))
         # setsid --fork: the supervisor is nobody's child here, so it outlives this command and leaves no zombie.
         subprocess.run(
-            ["setsid", "--fork", sys.executable, "-m", "lab.supervisor", str(self.paths.state), str(base.path),
-             str(self.cfg.boot_delay)],
+            [
+                "setsid",
+                "--fork",
+                sys.executable,
+                "-m",
+                "lab.supervisor",
+                str(self.paths.state),
+                str(base.path),
+                str(self.cfg.boot_delay),
+            ],
             stdin=subprocess.DEVNULL,
             stdout=log,
             stderr=subprocess.STDOUT,
@@ -161,8 +171,18 @@ class Lab:
         keys.mkdir(parents=True, exist_ok=True)
         if not (keys / "ssh_host_ed25519_key").exists():
             subprocess.run(
-                ["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", f"root@{name}",
-                 "-f", str(keys / "ssh_host_ed25519_key")],
+                [
+                    "ssh-keygen",
+                    "-q",
+                    "-t",
+                    "ed25519",
+                    "-N",
+                    "",
+                    "-C",
+                    f"root@{name}",
+                    "-f",
+                    str(keys / "ssh_host_ed25519_key"),
+                ],
                 check=True,
             )
         self._fresh_upper(name, index)
@@ -383,8 +403,14 @@ class Lab:
             cmd = ["nsenter", "-t", str(pid), "-m", "-u", "-p", "-r", "-w", "--", "setsid", "-f", *argv]
         if detach:  # the detached process must not hold our pipes open
             proc = subprocess.run(
-                cmd, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                text=True, timeout=timeout, env=env, check=False,
+                cmd,
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL,
+                text=True,
+                timeout=timeout,
+                env=env,
+                check=False,
             )
             proc.stdout, proc.stderr = "", ""
         else:
@@ -394,7 +420,7 @@ class Lab:
         if check and proc.returncode != 0:
             raise LabError(
                 f"command in lab host {name} failed (exit {proc.returncode}): {' '.join(argv)}:"
-                f" {(proc.stderr or proc.stdout).strip().splitlines()[-1:] }"
+                f" {(proc.stderr or proc.stdout).strip().splitlines()[-1:]}"
             )
         return proc
 

@@ -30,7 +30,9 @@ BROKEN = "gpu-2"
 
 def _audit(lab: Lab) -> AuditResult:
     hosts = load(lab.cfg.inventory_path, "gpu")
-    return run_audit(hosts, AuditOptions(nvml_timeout=5, timeout=60), fleet="gpu", inventory=str(lab.cfg.inventory_path))
+    return run_audit(
+        hosts, AuditOptions(nvml_timeout=5, timeout=60), fleet="gpu", inventory=str(lab.cfg.inventory_path)
+    )
 
 
 def run_demo(lab: Lab, hosts: int, root: Path) -> int:
@@ -39,8 +41,9 @@ def run_demo(lab: Lab, hosts: int, root: Path) -> int:
     if lab.existing_hosts() and BROKEN in lab.existing_hosts():
         lab.clear(BROKEN)  # a demo always starts from a healthy gpu-2
     up = lab.up(max(hosts, 2))
-    console.print(f"{len(up.hosts)} simulated Azure GPU VMs ({lab.cfg.sku}) up in {up.seconds:.1f} s; "
-                  f"inventory {up.inventory}")
+    console.print(
+        f"{len(up.hosts)} simulated Azure GPU VMs ({lab.cfg.sku}) up in {up.seconds:.1f} s; inventory {up.inventory}"
+    )
     before = _audit(lab)
     render(before, "table", console=console)
     ok &= before.host(BROKEN).facts is not None and not before.host(BROKEN).facts.nvml.failed  # type: ignore[union-attr]

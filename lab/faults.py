@@ -49,8 +49,15 @@ def driver_mismatch(lab: Lab, host: str) -> str:
     lab.run_in_host(host, ["apt-get", "update", "-q"])
     lab.run_in_host(
         host,
-        ["apt-get", "install", "-y", "-q", f"nvidia-driver-{branch}={new}", f"nvidia-utils-{branch}={new}",
-         f"libnvidia-compute-{branch}={new}"],
+        [
+            "apt-get",
+            "install",
+            "-y",
+            "-q",
+            f"nvidia-driver-{branch}={new}",
+            f"nvidia-utils-{branch}={new}",
+            f"libnvidia-compute-{branch}={new}",
+        ],
         timeout=300,
     )
     loaded = (lab.host_path(host, "/run/gpulab/module").read_text()).strip()

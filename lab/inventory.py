@@ -73,9 +73,7 @@ def write(cfg: LabConfig, paths: LabPaths, hosts: list[LabHost]) -> Path:
     }
     header = "# Written by `invoke lab.up` for the simulated lab fleet; regenerated on every lab.up.\n"
     _atomic_write(cfg.inventory_path, header + yaml.safe_dump(inventory, sort_keys=False))
-    _atomic_write(
-        paths.known_hosts, "".join(f"{h.name},{h.address} {h.host_key}\n" for h in hosts), 0o644
-    )
+    _atomic_write(paths.known_hosts, "".join(f"{h.name},{h.address} {h.host_key}\n" for h in hosts), 0o644)
     blocks = []
     for h in hosts:
         blocks.append(

@@ -353,8 +353,7 @@ def write_index(pocket_dir: Path, suite: str, debs: Iterable[Path]) -> None:
     for deb in sorted(debs):
         md5, sha256, size = _hashes(deb)
         paragraphs.append(
-            _control_paragraph(deb)
-            + f"\nFilename: ./{deb.name}\nSize: {size}\nMD5sum: {md5}\nSHA256: {sha256}"
+            _control_paragraph(deb) + f"\nFilename: ./{deb.name}\nSize: {size}\nMD5sum: {md5}\nSHA256: {sha256}"
         )
     packages = "\n\n".join(paragraphs) + "\n"
     (pocket_dir / "Packages").write_text(packages)

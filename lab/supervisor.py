@@ -60,8 +60,18 @@ class Supervisor:
     def spawn(self, h: HostProc) -> None:
         h.log = (h.dir / "console.log").open("ab")
         cmd = [
-            "unshare", "--mount", "--uts", "--pid", "--fork", "--propagation", "private",
-            sys.executable, "-m", "lab.boot", str(h.dir), str(self.base_dir),
+            "unshare",
+            "--mount",
+            "--uts",
+            "--pid",
+            "--fork",
+            "--propagation",
+            "private",
+            sys.executable,
+            "-m",
+            "lab.boot",
+            str(h.dir),
+            str(self.base_dir),
         ]
         env = {"PATH": "/usr/sbin:/usr/bin:/sbin:/bin", "LC_ALL": "C", "PYTHONPATH": os.environ.get("PYTHONPATH", "")}
         h.proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=h.log, stderr=subprocess.STDOUT, env=env)

@@ -8,6 +8,7 @@ keys are rejected (paramiko ``RejectPolicy``), never added.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import socket
 import time
@@ -133,7 +134,7 @@ def _exec(client, command: str, stdin: bytes | None, timeout: float) -> tuple[in
                     raise CommandTimeout
                 try:
                     sent = chan.send(view[:32768])
-                except socket.timeout:
+                except TimeoutError:
                     continue
                 view = view[sent:]
         chan.shutdown_write()
@@ -167,16 +168,24 @@ def run_one(host: Host, command: str, stdin: bytes | None, connect_timeout: floa
         status = Status.OK if code == 0 else Status.FAILED
         return HostRun(host.name, status, code, out, err, time.monotonic() - t0)
     except CommandTimeout:
-        return HostRun(host.name, Status.TIMED_OUT, None, "", "", time.monotonic() - t0,
-                       f"command timed out after {timeout:g} s")
+        return HostRun(
+            host.name, Status.TIMED_OUT, None, "", "", time.monotonic() - t0, f"command timed out after {timeout:g} s"
+        )
     except FanoutError:
         raise
     except Exception as exc:  # one host's failure is a value, not a crash
         name = type(exc).__name__
         elapsed = time.monotonic() - t0
         if isinstance(exc, paramiko.SSHException) and "not found in known_hosts" in str(exc):
-            return HostRun(host.name, Status.UNREACHABLE, None, "", "", elapsed,
-                           f"host key not in known_hosts ({exc}); refusing to connect")
+            return HostRun(
+                host.name,
+                Status.UNREACHABLE,
+                None,
+                "",
+                "",
+                elapsed,
+                f"host key not in known_hosts ({exc}); refusing to connect",
+            )
         if isinstance(exc, paramiko.BadHostKeyException):
             return HostRun(host.name, Status.UNREACHABLE, None, "", "", elapsed, f"host key mismatch: {exc}")
         if isinstance(exc, (OSError, socket.timeout, paramiko.SSHException, EOFError)):
@@ -184,10 +193,8 @@ def run_one(host: Host, command: str, stdin: bytes | None, connect_timeout: floa
         return HostRun(host.name, Status.FAILED, None, "", "", elapsed, f"{name}: {exc}")
     finally:
         if conn is not None:
-            try:
+            with contextlib.suppress(Exception):  # closing a broken connection must not mask the result
                 conn.close()
-            except Exception:  # noqa: S110 - closing a broken connection must not mask the result
-                pass
 
 
 def fan_out(

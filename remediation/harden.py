@@ -85,7 +85,9 @@ def plan(audit: AuditResult) -> HardenPlan:
             continue
         ids = tuple(sorted({f.id for f in h.findings if f.id in REMEDIES}))
         roles = tuple(sorted({REMEDIES[i] for i in ids}))
-        blocker = next((BLOCKERS[f.id] + ": " + "; ".join(f.evidence[:1]) for f in h.findings if f.id in BLOCKERS), None)
+        blocker = next(
+            (BLOCKERS[f.id] + ": " + "; ".join(f.evidence[:1]) for f in h.findings if f.id in BLOCKERS), None
+        )
         hosts.append(HostPlan(h.host, ids, roles, blocked=blocker if roles else None))
     return HardenPlan(tuple(hosts))
 
@@ -109,7 +111,9 @@ def harden(
     extravars = {"harden_batch": batch, "harden_max_fail_percentage": max_fail_percentage}
     preview = None
     if check or confirm is not None:
-        preview = run_playbook(PLAYBOOK, inventory, limit=the_plan.to_change, check=True, diff=True, extravars=extravars)
+        preview = run_playbook(
+            PLAYBOOK, inventory, limit=the_plan.to_change, check=True, diff=True, extravars=extravars
+        )
     if show_plan is not None:
         show_plan(the_plan, preview)
     if check:

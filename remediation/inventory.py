@@ -84,9 +84,7 @@ def load(inventory: str | Path, group: str = "all", limit: str | Sequence[str] |
         picked = [h for h in hosts if any(fnmatch.fnmatchcase(h.name, p) for p in patterns)]
         unmatched = [p for p in patterns if not any(fnmatch.fnmatchcase(h.name, p) for h in hosts)]
         if unmatched:
-            raise InventoryError(
-                f"--limit {','.join(unmatched)} matches no host of group {group!r} in {inventory}"
-            )
+            raise InventoryError(f"--limit {','.join(unmatched)} matches no host of group {group!r} in {inventory}")
         hosts = picked
     out = []
     for h in hosts:

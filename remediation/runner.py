@@ -9,6 +9,7 @@ from failed.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import sys
@@ -131,7 +132,9 @@ class _Collector:
 def _env() -> dict[str, str]:
     env = {k: os.environ[k] for k in ENV_ALLOWLIST if k in os.environ}
     venv_bin = str(Path(sys.executable).parent)
-    env["PATH"] = os.pathsep.join([venv_bin, "/usr/local/sbin", "/usr/local/bin", "/usr/sbin", "/usr/bin", "/sbin", "/bin"])
+    env["PATH"] = os.pathsep.join(
+        [venv_bin, "/usr/local/sbin", "/usr/local/bin", "/usr/sbin", "/usr/bin", "/sbin", "/bin"]
+    )
     env["ANSIBLE_CONFIG"] = str(PROJECT_ROOT / "ansible.cfg")
     env["ANSIBLE_FORCE_COLOR"] = "0"
     return env
@@ -192,10 +195,8 @@ def run_playbook(
         )
         stats = runner.stats or {}
         tail = ""
-        try:
+        with contextlib.suppress(OSError, ValueError):
             tail = "".join(runner.stdout.readlines()[-40:])
-        except (OSError, ValueError):
-            pass
         hosts: dict[str, HostOutcome] = {}
         names = set(collector.seen)
         for key in ("ok", "changed", "failures", "dark", "skipped"):

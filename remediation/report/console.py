@@ -56,7 +56,8 @@ def progress_bar(total: int, enabled: bool = True) -> Iterator[Callable[[Any], N
         return
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-    with Progress(TextColumn("probing"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-                  console=console, transient=True) as progress:
+    with Progress(
+        TextColumn("probing"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(), console=console, transient=True
+    ) as progress:
         job = progress.add_task("probe", total=total)
         yield lambda _run: progress.advance(job)

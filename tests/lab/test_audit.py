@@ -122,8 +122,13 @@ def _invoke(*args: str, state: Path) -> subprocess.CompletedProcess[str]:
     invoke = ROOT / ".venv/bin/invoke"
     env = {**os.environ, "INVOKE_LAB_STATE_DIR": str(state)}
     return subprocess.run(
-        [str(invoke) if invoke.exists() else "invoke", *args], capture_output=True, text=True, cwd=ROOT,
-        env=env, check=False, timeout=120,
+        [str(invoke) if invoke.exists() else "invoke", *args],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        env=env,
+        check=False,
+        timeout=120,
     )
 
 
@@ -135,14 +140,25 @@ def test_cli_audit_json_and_exit_codes(fleet) -> None:  # type: ignore[no-untype
     assert doc["hosts"][0]["host"] == "gpu-1" and doc["hosts"][0]["status"] == "ok"
     assert {f["severity"] for f in doc["hosts"][0]["findings"]} <= {"warning", "info"}
     # Warnings (unhardened kernel) fail the run only when asked to.
-    r = _invoke("audit", "--inventory", inv, "--limit", "gpu-1", "--fail-on", "warning", "--format", "json",
-                state=fleet.paths.state)
+    r = _invoke(
+        "audit",
+        "--inventory",
+        inv,
+        "--limit",
+        "gpu-1",
+        "--fail-on",
+        "warning",
+        "--format",
+        "json",
+        state=fleet.paths.state,
+    )
     assert r.returncode == 1
     r = _invoke("audit", "--inventory", inv, "--limit", "gpu-99", state=fleet.paths.state)
     assert r.returncode == 2 and r.stderr.startswith("error: --limit gpu-99 matches no host")
     r = _invoke("audit", "--inventory", "/nonexistent.yml", state=fleet.paths.state)
     assert r.returncode == 2 and "inventory /nonexistent.yml does not exist" in r.stderr
     unreachable = next(h for h, f in MATRIX.items() if f == "unreachable")
-    r = _invoke("audit", "--inventory", inv, "--limit", f"gpu-1,{unreachable}", "--format", "json",
-                state=fleet.paths.state)
+    r = _invoke(
+        "audit", "--inventory", inv, "--limit", f"gpu-1,{unreachable}", "--format", "json", state=fleet.paths.state
+    )
     assert r.returncode == 3

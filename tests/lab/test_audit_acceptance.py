@@ -37,7 +37,11 @@ def audit(lab, *args: str) -> subprocess.CompletedProcess[str]:  # type: ignore[
     invoke = ROOT / ".venv/bin/invoke"
     return subprocess.run(
         [str(invoke) if invoke.exists() else "invoke", "audit", "--inventory", str(lab.cfg.inventory_path), *args],
-        capture_output=True, text=True, cwd=ROOT, check=False, timeout=180,
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        check=False,
+        timeout=180,
         env={**os.environ, "COLUMNS": "200"},
     )
 
@@ -82,7 +86,7 @@ def test_junit_validates_against_its_schema(fleet, tmp_path: Path) -> None:  # t
     out = tmp_path / "audit.xml"
     assert audit(fleet, "--format", "junit", "--out", str(out)).returncode == 1
     xmlschema.XMLSchema(str(ROOT / "tests/fixtures/schemas/junit.xsd")).validate(str(out))
-    root = ET.parse(out).getroot()
+    root = ET.parse(out).getroot()  # noqa: S314 - our own report, just written
     failed = {(tc.get("classname"), tc.get("name")) for tc in root.iter("testcase") if tc.find("failure") is not None}
     assert any(c == "gpu-2" and "GPU-DRV-001" in (n or "") for c, n in failed)
     errors = [tc for tc in root.iter("testcase") if tc.find("error") is not None]
@@ -103,7 +107,9 @@ def test_prometheus_textfile_parses(fleet, tmp_path: Path) -> None:  # type: ign
     assert samples[("gpufleet_nvml_ok", (("host", "gpu-1"),))] == 1
     assert samples[("gpufleet_audit_host_up", (("host", "gpu-5"),))] == 0
     temps = {labels: v for (name, labels), v in samples.items() if name == "gpufleet_gpu_temperature_celsius"}
-    assert any(dict(labels)["host"] == "gpu-3" and dict(labels)["gpu"] == "0" and v == 86 for labels, v in temps.items())
+    assert any(
+        dict(labels)["host"] == "gpu-3" and dict(labels)["gpu"] == "0" and v == 86 for labels, v in temps.items()
+    )
 
 
 def test_incident_report_for_gpu2_has_the_five_sections_with_evidence(fleet, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
@@ -112,6 +118,6 @@ def test_incident_report_for_gpu2_has_the_five_sections_with_evidence(fleet, tmp
     text = out.read_text()
     positions = [text.find(f"## {s}") for s in ("Symptoms", "Diagnosis", "Root cause", "Resolution", "Prevention")]
     assert all(p >= 0 for p in positions) and positions == sorted(positions)
-    root_cause = text[positions[2]:positions[3]]
+    root_cause = text[positions[2] : positions[3]]
     assert "linux-image-6.5.0-45-generic" in root_cause and "unattended-upgrade" in root_cause
-    assert "6.5.0-45-generic" in text[positions[1]:positions[2]]
+    assert "6.5.0-45-generic" in text[positions[1] : positions[2]]

@@ -79,15 +79,22 @@ def test_unknown_host_key_is_refused(lab, tmp_path: Path) -> None:  # type: igno
     bad.write_text("\n".join(swapped) + "\n")
     r = subprocess.run(
         ["ssh", "-F", str(lab.paths.ssh_config), "-o", f"UserKnownHostsFile={bad}", "gpu-1", "true"],
-        capture_output=True, text=True, timeout=30, check=False,
+        capture_output=True,
+        text=True,
+        timeout=30,
+        check=False,
     )
     assert r.returncode == 255
     assert "REMOTE HOST IDENTIFICATION HAS CHANGED" in r.stderr or "Host key verification failed" in r.stderr
 
 
 def test_booted_kernel_seen_by_every_uname_caller(lab) -> None:  # type: ignore[no-untyped-def]
-    r = ssh(lab, "gpu-1", "uname -r; python3 -c 'import os, platform; print(os.uname().release); print(platform.release())';"
-                          " cat /proc/sys/kernel/osrelease")
+    r = ssh(
+        lab,
+        "gpu-1",
+        "uname -r; python3 -c 'import os, platform; print(os.uname().release); print(platform.release())';"
+        " cat /proc/sys/kernel/osrelease",
+    )
     assert r.stdout.split() == ["6.5.0-44-generic"] * 4
 
 
@@ -120,7 +127,9 @@ def test_kernel_upgrade_fault_is_runbook_s1(lab) -> None:  # type: ignore[no-unt
         assert "Upgrade: linux-image-generic:amd64 (6.5.0.44.44, 6.5.0.45.45)" in stanzas[0]
         assert "Failed to find module 'nvidia'" in ssh(lab, "gpu-2", "dmesg").stdout
         # The DKMS stand-in left the new kernel without a module (its headers were never installed).
-        assert ssh(lab, "gpu-2", "dkms status").stdout.strip() == "nvidia/535.183.01, 6.5.0-44-generic, x86_64: installed"
+        assert (
+            ssh(lab, "gpu-2", "dkms status").stdout.strip() == "nvidia/535.183.01, 6.5.0-44-generic, x86_64: installed"
+        )
         # gpu-1 is untouched.
         assert ssh(lab, "gpu-1", "uname -r").stdout.strip() == "6.5.0-44-generic"
         assert nvml(lab, "gpu-1")["driver"] == "535.183.01"
@@ -154,7 +163,8 @@ def test_reboot_boots_newest_installed_kernel_unless_pinned(lab, broken) -> None
     assert new != old
     assert ssh(lab, broken, "uname -r").stdout.strip() == "6.5.0-45-generic"
     assert ssh(lab, broken, "test -e /run/reboot-required").returncode == 1  # /run is cleared at boot
-    pin = "sed -i 's/^GRUB_DEFAULT=.*/GRUB_DEFAULT=\"Advanced options for Ubuntu>Ubuntu, with Linux 6.5.0-44-generic\"/' /etc/default/grub"
+    entry = "Advanced options for Ubuntu>Ubuntu, with Linux 6.5.0-44-generic"
+    pin = f"sed -i 's/^GRUB_DEFAULT=.*/GRUB_DEFAULT=\"{entry}\"/' /etc/default/grub"
     assert ssh(lab, broken, pin).returncode == 0
     lab.reboot(broken)
     assert ssh(lab, broken, "uname -r").stdout.strip() == "6.5.0-44-generic"
@@ -255,9 +265,18 @@ def test_power_commands_refuse_outside_a_lab_host(tmp_path: Path) -> None:
 def test_cli_errors_are_one_line_and_exit_2(lab) -> None:  # type: ignore[no-untyped-def]
     env_state = {"INVOKE_LAB_STATE_DIR": str(lab.paths.state)}
     r = subprocess.run(
-        [str(ROOT / ".venv/bin/invoke") if (ROOT / ".venv/bin/invoke").exists() else "invoke",
-         "lab.fault", "--host", "gpu-1", "--fault", "meltdown"],
-        capture_output=True, text=True, cwd=ROOT, check=False,
+        [
+            str(ROOT / ".venv/bin/invoke") if (ROOT / ".venv/bin/invoke").exists() else "invoke",
+            "lab.fault",
+            "--host",
+            "gpu-1",
+            "--fault",
+            "meltdown",
+        ],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        check=False,
         env={**__import__("os").environ, **env_state},
     )
     assert r.returncode == 2

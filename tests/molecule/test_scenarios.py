@@ -29,7 +29,12 @@ def test_molecule_scenario(scenario: str) -> None:
     env = {**os.environ, "PATH": venv_bin + os.pathsep + os.environ.get("PATH", "")}
     proc = subprocess.run(
         [str(Path(venv_bin) / "molecule"), "test", "-s", scenario],
-        cwd=ROOT, env=env, capture_output=True, text=True, timeout=900, check=False,
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=900,
+        check=False,
     )
     tail = (proc.stdout + proc.stderr)[-6000:]
     assert proc.returncode == 0, tail

@@ -89,8 +89,9 @@ def test_package_versions_order_like_ubuntu() -> None:
 def test_built_packages_are_valid_debs(tmp_path: Path) -> None:
     pkg = packages.kernel_packages("6.5.0-45-generic")[1]
     deb = packages.build_deb(pkg, tmp_path)
-    info = subprocess.run(["dpkg-deb", "-f", str(deb), "Package", "Version", "Depends"], capture_output=True,
-                          text=True, check=True).stdout
+    info = subprocess.run(
+        ["dpkg-deb", "-f", str(deb), "Package", "Version", "Depends"], capture_output=True, text=True, check=True
+    ).stdout
     assert "Package: linux-image-6.5.0-45-generic" in info
     assert "Depends: linux-modules-6.5.0-45-generic" in info
     files = subprocess.run(["dpkg-deb", "-c", str(deb)], capture_output=True, text=True, check=True).stdout
