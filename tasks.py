@@ -316,7 +316,7 @@ def harden(
         diff=diff,
         batch=batch,
         max_fail_percentage=int(max_fail_percentage),
-        confirm=None if check else confirm,
+        confirm=None if (check or yes) else confirm,  # --yes: no preview run, straight to apply
         show_plan=lambda plan, preview: print_harden_plan(console, plan, preview),
     )
     print_harden_result(console, result)
