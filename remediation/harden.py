@@ -108,7 +108,14 @@ def harden(
     the_plan = plan(before)
     if not the_plan.to_change:
         return HardenResult(before, the_plan, None, None, "nothing to do")
-    extravars = {"harden_batch": batch, "harden_max_fail_percentage": max_fail_percentage}
+    # The audit has just read each host's booted kernel: the playbook need not gather facts again.
+    kernels = {h.host: h.facts.system.kernel for h in before.hosts if h.facts is not None and h.facts.system.kernel}
+    extravars = {
+        "harden_batch": batch,
+        "harden_max_fail_percentage": max_fail_percentage,
+        "harden_gather_facts": False,
+        "harden_booted_kernels": kernels,
+    }
     preview = None
     if check or confirm is not None:
         preview = run_playbook(
