@@ -323,6 +323,45 @@ def harden(
     raise Exit(code=result.exit_code)
 
 
+# -- driver restore -------------------------------------------------------------------------------------------
+@task(
+    default=True,
+    name="run",
+    help={
+        "fleet": "fleet name from invoke.yaml (fleets:), default gpu",
+        "inventory": "Ansible inventory to use instead of the fleet's",
+        "limit": "comma-separated host names or glob patterns",
+        "method": "auto | apt | azure-extension (auto: inventory var driver_restore_method)",
+        "allow_reboot": "reboot hosts whose restore needs it (never without this flag)",
+        "dry_run": "print the plan and stop: nothing changes",
+        "yes": "apply without asking",
+        "batch": "hosts per batch (default 1); each batch must pass the NVML gate before the next",
+        "max_failures": "stop after this many failed hosts (default 1); later hosts are not touched",
+        "force": "restore even on hosts with running GPU compute processes",
+        "prefer": "rebuild | previous-kernel: for a booted kernel without module",
+        "reboot_timeout": "seconds a rebooting host has to come back (default 600)",
+        "report": "write the incident report here (default .audit/driver-restore-<fleet>-<run>.md)",
+    },
+)
+@edge
+def driver_restore(  # type: ignore[no-untyped-def]
+    c, fleet="gpu", inventory=None, limit=None, method=None, allow_reboot=False, dry_run=False, yes=False,
+    batch=None, max_failures=None, force=False, prefer=None, reboot_timeout=None, report=None,
+):
+    """Restore the NVIDIA driver after a kernel update: rolling, NVML-gated, undo on failure.
+
+    Exit codes: 0 every host restored or healthy (or --dry-run); 1 a host not restored; 2 bad input; 4 lock held.
+    """
+    from remediation.restore.cli import driver_restore_task
+
+    code = driver_restore_task(
+        c, root=ROOT, fleet=fleet, inventory=inventory, limit=limit, method=method, allow_reboot=allow_reboot,
+        dry_run=dry_run, yes=yes, batch=batch, max_failures=max_failures, force=force, prefer=prefer,
+        reboot_timeout=reboot_timeout, report=report,
+    )
+    raise Exit(code=code)
+
+
 # -- demo -----------------------------------------------------------------------------------------------------
 @task(help={"hosts": "lab size for the demo"})
 @edge
@@ -335,8 +374,10 @@ def demo(c, hosts=3):  # type: ignore[no-untyped-def]
 
 audit_ns = Collection("audit", audit)
 harden_ns = Collection("harden", harden)
+driver_restore_ns = Collection("driver-restore", driver_restore)
 
 ns = Collection(demo, diagnose)
 ns.add_collection(audit_ns)
 ns.add_collection(harden_ns)
+ns.add_collection(driver_restore_ns)
 ns.add_collection(lab_ns)

@@ -109,7 +109,8 @@ class Supervisor:
                 os.kill(h.init_pid, signal.SIGTERM)
         deadline = time.monotonic() + STOP_GRACE
         for h in targets:
-            if h.proc is None:
+            if h.proc is None:  # down already, or waiting to boot again after a reboot: stays down now
+                h.state = "down"
                 continue
             while h.proc.poll() is None and time.monotonic() < deadline:
                 time.sleep(0.05)

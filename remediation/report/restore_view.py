@@ -1,0 +1,150 @@
+"""Output of ``invoke driver-restore``: the plan, per-host before/after, and the incident report with what was DONE.
+
+``remediation.report.incident.render_incident`` renders an audit's incidents and has no place for what a
+remediation did, so the restore renders its own report here, with the same five sections (Symptoms, Diagnosis,
+Root cause, Resolution, Prevention) per restored/attempted host: the facts from the audit before the run, the
+actions and their outcome, and the audit after it. Field values go through the Markdown filters.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from rich.console import Console
+from rich.table import Table
+
+from remediation import catalog
+from remediation.checks.history import last_change_of, who
+from remediation.report.markdown import code, fence, inline
+
+if TYPE_CHECKING:
+    from remediation.audit import HostAudit
+    from remediation.restore.flow import HostOutcome, RestoreResult
+    from remediation.restore.rules import Decision
+
+__all__ = ["print_restore_plan", "print_restore_result", "render_restore_report"]
+
+
+def print_restore_plan(console: Console, plan: tuple[Decision, ...]) -> None:
+    table = Table(title="driver-restore plan (nothing has changed yet)")
+    for col in ("host", "action", "findings", "why / steps"):
+        table.add_column(col)
+    for d in plan:
+        if d.blocked:
+            action = f"[red]left alone[/red] ({d.action.value})"
+            why = d.blocked
+        elif d.changes_host:
+            action = f"[yellow]{d.action.value}[/yellow]"
+            why = d.reason + "\n" + " -> ".join(d.steps)
+        else:
+            action = d.action.value
+            why = d.reason
+        ids = ", ".join(i for i in d.findings if i.startswith(("GPU-DRV", "GPU-HW", "GPU-APT"))) or "-"
+        table.add_row(d.host, action, ids, why)
+    console.print(table)
+
+
+def _nvml(h: HostAudit | None) -> str:
+    if h is None:
+        return "not probed"
+    if h.facts is None:
+        return f"{h.status.value}: {h.error or ''}".strip()
+    n = h.facts.nvml
+    kernel = h.facts.system.kernel or "?"
+    return (f"NVML ok, driver {n.driver_version}" if n.ok else f"NVML {n.error_class}") + f", kernel {kernel}"
+
+
+def print_restore_result(console: Console, result: RestoreResult) -> None:
+    if result.stopped in ("dry-run", "declined", "nothing to do"):
+        what = {"dry-run": "--dry-run: nothing was changed", "declined": "not confirmed: nothing was changed",
+                "nothing to do": "no host needs a driver restore; nothing ran"}[result.stopped]
+        console.print(f"driver-restore: {what}")
+    table = Table(title=f"driver-restore {result.run_id}: before / after")
+    for col in ("host", "status", "before", "after", "detail"):
+        table.add_column(col)
+    for o in result.outcomes:
+        after = result.after.host(o.host) if result.after and o.host in {h.host for h in result.after.hosts} else None
+        detail = (f"{o.where}: " if o.where else "") + o.detail
+        if o.undone:
+            detail += " | undone: " + "; ".join(o.undone)
+        if o.undo_error:
+            detail += " | " + o.undo_error
+        table.add_row(o.host, o.status.value, _nvml(result.before.host(o.host)), _nvml(after), detail)
+    console.print(table)
+    if result.stopped and result.stopped.startswith("stopped"):
+        console.print(f"[red]{result.stopped}[/red]")
+    console.print("restored" if result.exit_code == 0 else "[red]not restored: see the table[/red]")
+
+
+def _root_cause(h: HostAudit) -> list[str]:
+    f = h.facts
+    if f is None:
+        return ["The host could not be probed before the run."]
+    out = []
+    booted = f.booted_kernel
+    if booted is not None:
+        change = last_change_of(f.apt_history, [booted.image_package])
+        if change is not None:
+            tx, action = change
+            out.append(f"{code(who(tx))} installed {code(action.package)} ({code(action.version or '?')}) at "
+                       f"{code(tx.start or '?')}; the host then booted {code(f.system.kernel or '?')}, which had no "
+                       "NVIDIA module.")
+    return out
+
+
+def _section_resolution(o: HostOutcome, result: RestoreResult) -> list[str]:
+    d = o.decision
+    lines = [f"Action: {code(d.action.value)}: {inline(d.reason)}", ""]
+    lines.append(f"Outcome: **{o.status.value}**" + (f" at {inline(o.where)}" if o.where else "") +
+                 (f": {inline(o.detail)}" if o.detail else ""))
+    lines.append("")
+    if o.changed:
+        lines += ["What this run did on the host (its journal):", "", fence(list(o.changed)), ""]
+    elif d.changes_host:
+        lines += ["Planned steps:", "", fence(list(d.steps)), ""]
+    if o.undone:
+        lines += ["Undone after the failure:", "", fence(list(o.undone)), ""]
+    if o.undo_error:
+        lines += [f"Undo: {inline(o.undo_error)}", ""]
+    return lines
+
+
+def render_restore_report(result: RestoreResult) -> str:
+    """Markdown: one incident per host the run acted on or left broken, five sections each."""
+    out = [f"# Driver restore {code(result.run_id)} on fleet {code(result.fleet)}", ""]
+    if result.stopped:
+        out += [f"Run: {inline(result.stopped)}", ""]
+    for o in result.outcomes:
+        before = result.before.host(o.host)
+        if o.status.value == "healthy":
+            continue
+        after = None
+        if result.after is not None and o.host in {h.host for h in result.after.hosts}:
+            after = result.after.host(o.host)
+        primary = next((i for i in ("GPU-HW-001", "GPU-HW-004", "GPU-DRV-003", "GPU-DRV-001", "GPU-DRV-002")
+                        if i in o.decision.findings), None)
+        entry = catalog.CATALOG.get(primary) if primary else None
+        title = entry.title if entry else o.decision.reason
+        out += [f"## {inline(o.host)}: {inline(title)}", ""]
+        out += ["### Symptoms", "", f"Before: {inline(_nvml(before))}", ""]
+        if entry:
+            out += [entry.runbook.symptoms, ""]
+        out += ["### Diagnosis", ""]
+        for f in before.findings:
+            if f.severity.value != "info" or f.id == "GPU-KRN-006":
+                out += [f"- **{f.id}** ({f.severity.value}): {inline(f.summary)}"]
+                out += ["", fence(list(f.evidence)), ""]
+        out += ["### Root cause", ""]
+        out += [*_root_cause(before), ""]
+        if entry:
+            out += [entry.runbook.root_cause, ""]
+        out += ["### Resolution", ""]
+        out += _section_resolution(o, result)
+        out += [f"After: {inline(_nvml(after))}", ""]
+        out += ["### Prevention", ""]
+        held = sorted(after.facts.packages.held) if after is not None and after.facts is not None else []
+        out += ["Held now: " + (", ".join(code(p) for p in held) if held else "nothing"), ""]
+        out += [f"- `invoke harden --fleet {result.fleet}` (unattended-upgrades Package-Blacklist, kernel hold)", ""]
+        if entry:
+            out += [entry.runbook.prevention, ""]
+    return "\n".join(out) + "\n"

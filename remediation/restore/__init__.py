@@ -1,0 +1,7 @@
+"""Emergency NVIDIA driver restore (runbook S1): rules, methods, the rolling NVML-gated flow, lock and journal.
+
+Public API: :func:`remediation.restore.flow.driver_restore` (the flow), :func:`remediation.restore.rules.decide`
+(the per-host rules, also used by the role's filter), :class:`remediation.restore.methods.RestoreMethod`,
+:func:`remediation.restore.lock.fleet_lock`, :func:`remediation.restore.journal.undo_steps` and
+:func:`remediation.restore.cli.driver_restore_task` (the body of ``invoke driver-restore``).
+"""

@@ -1,0 +1,366 @@
+"""``invoke driver-restore``: the emergency S1 restore as a rolling, NVML-gated converge flow.
+
+audit (read-only) -> per-host plan (printed) -> ``--dry-run`` stops -> confirm unless ``--yes`` -> the fleet lock ->
+per batch: apply (``playbooks/driver_restore.yml`` through ``run_playbook``, limited to the batch) -> health gate
+(re-audit the batch: NVML answers with the expected driver, no GPU-DRV-001) -> on a failed host, undo exactly what
+this run recorded there -> stop after ``max_failures`` failed hosts; hosts after the stop are not touched.
+A host whose restore needs a reboot that was not allowed gets the package work, is reported "reboot required to
+finish" and counts as not restored (non-zero exit), but not as a gate failure.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import json
+import time
+import uuid
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from enum import StrEnum
+from pathlib import Path
+from typing import Any
+
+from remediation.audit import AuditOptions, AuditResult, HostAudit, run_audit
+from remediation.fanout import Status, fan_out
+from remediation.inventory import Host
+from remediation.runner import HostState, PlaybookResult
+
+from .errors import RestoreError
+from .journal import JOURNAL_PATH, Journal, journal_from_dict
+from .lock import DEFAULT_TTL_S, LockInfo, fleet_lock
+from .methods import RestoreMethod, method_for
+from .rules import CORDON_MARKER, Action, Decision, Prefer
+
+__all__ = ["HostOutcome", "HostStatus", "RestoreHooks", "RestoreOptions", "RestoreResult", "driver_restore",
+           "plan_restore", "undo_run"]
+
+
+class HostStatus(StrEnum):
+    RESTORED = "restored"
+    REBOOT_REQUIRED = "reboot-required"
+    FAILED = "failed"
+    HEALTHY = "healthy"  # nothing to do
+    LEFT_ALONE = "left-alone"  # blocked by a guard, cordoned, not probed, not a driver problem, manual
+    NOT_STARTED = "not-started"  # after the run stopped
+    PLANNED = "planned"  # dry run / not confirmed
+
+
+@dataclass(frozen=True)
+class RestoreOptions:
+    method: str = "auto"
+    prefer: Prefer = Prefer.REBUILD
+    allow_reboot: bool = False
+    dry_run: bool = False
+    batch: int = 1
+    max_failures: int = 1
+    force: bool = False
+    reboot_timeout: int = 600
+    apt_lock_timeout: int = 60
+    state_dir: Path = Path(".audit")
+    lock_ttl_s: float = DEFAULT_TTL_S
+
+    def validate(self) -> RestoreOptions:
+        if self.batch < 1:
+            raise RestoreError(f"--batch {self.batch} must be at least 1")
+        if self.max_failures < 1:
+            raise RestoreError(f"--max-failures {self.max_failures} must be at least 1")
+        if self.reboot_timeout < 1:
+            raise RestoreError(f"--reboot-timeout {self.reboot_timeout} must be a positive number of seconds")
+        Prefer(self.prefer)
+        return self
+
+
+@dataclass(frozen=True)
+class HostOutcome:
+    host: str
+    decision: Decision
+    status: HostStatus
+    where: str | None = None  # failed: "apply: <task>" | "gate: <why>"; not-started: why
+    detail: str = ""
+    changed: tuple[str, ...] = ()  # what this run recorded in the host's journal
+    undone: tuple[str, ...] = ()
+    undo_error: str | None = None
+
+    @property
+    def ok(self) -> bool:
+        return self.status in (HostStatus.RESTORED, HostStatus.HEALTHY)
+
+
+@dataclass(frozen=True)
+class RestoreResult:
+    fleet: str
+    run_id: str
+    options: RestoreOptions
+    before: AuditResult
+    plan: tuple[Decision, ...]
+    outcomes: tuple[HostOutcome, ...]
+    after: AuditResult | None
+    stopped: str | None  # "dry-run" | "declined" | "nothing to do" | "stopped after N failure(s) at HOST" | None
+    lock: LockInfo | None = None
+    seconds: float = 0.0
+
+    def outcome(self, host: str) -> HostOutcome:
+        for o in self.outcomes:
+            if o.host == host:
+                return o
+        raise KeyError(host)
+
+    @property
+    def failed(self) -> list[HostOutcome]:
+        return [o for o in self.outcomes if o.status is HostStatus.FAILED]
+
+    @property
+    def exit_code(self) -> int:
+        """0: every host restored or healthy (or a dry run / not confirmed); 1: a host is not restored."""
+        if self.stopped in ("dry-run", "declined"):
+            return 0
+        return 0 if all(o.ok for o in self.outcomes) else 1
+
+
+@dataclass
+class RestoreHooks:
+    """Callbacks for progress output and tests: each gets the batch's host names."""
+
+    before_batch: Callable[[list[str]], None] | None = None
+    after_batch: Callable[[list[str], list[HostOutcome]], None] | None = None
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+def _cordon_markers(hosts: Sequence[Host], options: AuditOptions) -> dict[str, str | None]:
+    cmd = f"if [ -e {CORDON_MARKER} ]; then echo GPUFLEET-CORDONED; head -c 400 {CORDON_MARKER}; fi"
+    runs = fan_out(hosts, cmd, concurrency=options.concurrency, connect_timeout=options.connect_timeout, timeout=30)
+    out: dict[str, str | None] = {}
+    for name, run in runs.runs.items():
+        if run.status is Status.OK and run.stdout.startswith("GPUFLEET-CORDONED"):
+            out[name] = run.stdout.split("\n", 1)[1] if "\n" in run.stdout else ""
+        else:
+            out[name] = None
+    return out
+
+
+def read_journals(hosts: Sequence[Host], options: AuditOptions) -> dict[str, Journal | None]:
+    runs = fan_out(hosts, f"cat {JOURNAL_PATH} 2>/dev/null || true", concurrency=options.concurrency,
+                   connect_timeout=options.connect_timeout, timeout=30)
+    out: dict[str, Journal | None] = {}
+    for name, run in runs.runs.items():
+        try:
+            out[name] = journal_from_dict(json.loads(run.stdout)) if run.status is Status.OK and run.stdout else None
+        except ValueError:
+            out[name] = None
+    return out
+
+
+def plan_restore(
+    before: AuditResult, hosts: Sequence[Host], options: RestoreOptions, cordon: dict[str, str | None]
+) -> tuple[tuple[Decision, ...], dict[str, RestoreMethod]]:
+    """The decisions for every host and the method of each host that changes (raises before any change)."""
+    decisions: list[Decision] = []
+    methods: dict[str, RestoreMethod] = {}
+    by_name = {h.name: h for h in hosts}
+    for audit in before.hosts:
+        method = method_for(options.method, by_name[audit.host].vars)
+        # Every host is diagnosed with the same rules; a method that does not exist yet refuses here.
+        from .methods import AptMethod
+
+        decision = AptMethod().plan_host(
+            audit, prefer=Prefer(options.prefer), force=options.force, cordon_marker=cordon.get(audit.host)
+        )
+        if decision.changes_host:
+            decision = method.plan_host(
+                audit, prefer=Prefer(options.prefer), force=options.force, cordon_marker=cordon.get(audit.host)
+            )
+            methods[audit.host] = method
+        decisions.append(decision)
+    return tuple(decisions), methods
+
+
+def _status_without_change(d: Decision) -> HostStatus:
+    return HostStatus.HEALTHY if d.action is Action.NONE and d.blocked is None else HostStatus.LEFT_ALONE
+
+
+def _settings(options: RestoreOptions, run_id: str) -> dict[str, Any]:
+    return {
+        "nvidia_driver_restore_run_id": run_id,
+        "nvidia_driver_restore_prefer": Prefer(options.prefer).value,
+        "nvidia_driver_restore_force": options.force,
+        "nvidia_driver_restore_allow_reboot": options.allow_reboot,
+        "nvidia_driver_restore_reboot_timeout": options.reboot_timeout,
+        "nvidia_driver_restore_lock_timeout": options.apt_lock_timeout,
+    }
+
+
+def _apply_failure(result: PlaybookResult, host: str) -> tuple[str, str] | None:
+    """(where, detail) when Ansible failed the host or could not reach it."""
+    outcome = result.hosts.get(host)
+    if outcome is None:
+        return "apply", "no result from Ansible for this host"
+    if outcome.state is HostState.UNREACHABLE:
+        return "apply: host unreachable", "; ".join(outcome.failures) or "unreachable"
+    if outcome.state is HostState.FAILED:
+        first = outcome.failures[0] if outcome.failures else "failed"
+        task = first.split(": ", 1)[0]
+        return f"apply: {task}", "; ".join(outcome.failures)
+    return None
+
+
+def driver_restore(
+    hosts: Sequence[Host],
+    inventory: str | Path,
+    audit_options: AuditOptions,
+    options: RestoreOptions,
+    *,
+    fleet: str = "gpu",
+    confirm: Callable[[tuple[Decision, ...]], bool] | None = None,
+    show_plan: Callable[[tuple[Decision, ...]], None] | None = None,
+    hooks: RestoreHooks | None = None,
+) -> RestoreResult:
+    options = options.validate()
+    hooks = hooks or RestoreHooks()
+    t0 = time.monotonic()
+    run_id = _dt.datetime.now(_dt.UTC).strftime("%Y%m%dT%H%M%SZ") + "-" + uuid.uuid4().hex[:6]
+    before = run_audit(hosts, audit_options, fleet=fleet, inventory=str(inventory))
+    cordon = _cordon_markers([h for h in hosts if before.host(h.name).probed], audit_options)
+    plan, methods = plan_restore(before, hosts, options, cordon)
+    if show_plan is not None:
+        show_plan(plan)
+    to_change = [d for d in plan if d.changes_host]
+
+    def _outcomes(status_for_change: HostStatus) -> tuple[HostOutcome, ...]:
+        return tuple(
+            HostOutcome(d.host, d, status_for_change if d.changes_host else _status_without_change(d),
+                        detail=d.blocked or d.reason)
+            for d in plan
+        )
+
+    def _done(outcomes: tuple[HostOutcome, ...], after: AuditResult | None, stopped: str | None,
+              lock: LockInfo | None = None) -> RestoreResult:
+        return RestoreResult(fleet, run_id, options, before, plan, outcomes, after, stopped, lock,
+                             time.monotonic() - t0)
+
+    if not to_change:
+        return _done(_outcomes(HostStatus.PLANNED), None, "nothing to do")
+    if options.dry_run:
+        return _done(_outcomes(HostStatus.PLANNED), None, "dry-run")
+    if confirm is not None and not confirm(plan):
+        return _done(_outcomes(HostStatus.PLANNED), None, "declined")
+
+    by_name = {h.name: h for h in hosts}
+    settings = _settings(options, run_id)
+    results: dict[str, HostOutcome] = {
+        d.host: HostOutcome(d.host, d, _status_without_change(d), detail=d.blocked or d.reason)
+        for d in plan if not d.changes_host
+    }
+    failures: list[str] = []
+    stopped: str | None = None
+    with fleet_lock(options.state_dir, fleet, [d.host for d in to_change], ttl_s=options.lock_ttl_s) as lock:
+        batches = [to_change[i : i + options.batch] for i in range(0, len(to_change), options.batch)]
+        for batch in batches:
+            names = [d.host for d in batch]
+            if len(failures) >= options.max_failures:
+                for d in batch:
+                    results[d.host] = HostOutcome(d.host, d, HostStatus.NOT_STARTED, where=stopped,
+                                                  detail="not touched: the run stopped before this batch")
+                continue
+            if hooks.before_batch is not None:
+                hooks.before_batch(names)
+            method = methods[names[0]]
+            applied = method.apply(batch, inventory, settings)
+            gate_audit = run_audit([by_name[n] for n in names], audit_options, fleet=fleet, inventory=str(inventory))
+            journals = read_journals([by_name[n] for n in names], audit_options)
+            batch_out: list[HostOutcome] = []
+            failed_here: list[Decision] = []
+            for d in batch:
+                journal = journals.get(d.host)
+                changed = tuple(c.describe() for c in journal.changes) if journal and journal.run_id == run_id else ()
+                failure = _apply_failure(applied, d.host)
+                after_h = gate_audit.host(d.host)
+                if failure is None:
+                    pending = d.needs_reboot and not options.allow_reboot
+                    if pending:
+                        batch_out.append(HostOutcome(d.host, d, HostStatus.REBOOT_REQUIRED, detail=(
+                            "package work done; reboot required to finish (pass --allow-reboot)"), changed=changed))
+                        continue
+                    gate = method.verify(d, after_h)
+                    if gate.ok:
+                        batch_out.append(HostOutcome(d.host, d, HostStatus.RESTORED, detail=gate.detail,
+                                                     changed=changed))
+                        continue
+                    failure = (f"gate: {gate.detail}", gate.detail)
+                failed_here.append(d)
+                batch_out.append(HostOutcome(d.host, d, HostStatus.FAILED, where=failure[0], detail=failure[1],
+                                             changed=changed))
+            if failed_here:
+                batch_out = _undo_failed(batch_out, method, inventory, settings, by_name, audit_options, run_id)
+                failures.extend(d.host for d in failed_here)
+                if len(failures) >= options.max_failures:
+                    first = next(o for o in batch_out if o.status is HostStatus.FAILED)
+                    stopped = (f"stopped after {len(failures)} failed host(s) (--max-failures "
+                               f"{options.max_failures}): {first.host} at {first.where}")
+            for o in batch_out:
+                results[o.host] = o
+            if hooks.after_batch is not None:
+                hooks.after_batch(names, batch_out)
+    touched = [h for h in hosts if results[h.name].status not in (HostStatus.NOT_STARTED,)]
+    after = run_audit(touched, audit_options, fleet=fleet, inventory=str(inventory)) if touched else None
+    outcomes = tuple(results[d.host] for d in plan)
+    return _done(outcomes, after, stopped, lock)
+
+
+def _undo_failed(
+    batch_out: list[HostOutcome],
+    method: RestoreMethod,
+    inventory: str | Path,
+    settings: dict[str, Any],
+    by_name: dict[str, Host],
+    audit_options: AuditOptions,
+    run_id: str,
+) -> list[HostOutcome]:
+    """Undo on the failed hosts what this run recorded (the role's rescue may have done it: then nothing is left)."""
+    failed = [o for o in batch_out if o.status is HostStatus.FAILED]
+    journals = read_journals([by_name[o.host] for o in failed], audit_options)
+    reachable = [
+        o.host for o in failed if journals.get(o.host) is not None or _reachable(by_name[o.host], audit_options)
+    ]
+    needs = [h for h in reachable if (j := journals.get(h)) is not None and j.run_id == run_id and j.status != "undone"]
+    undo_result = method.undo(needs, inventory, settings) if needs else None
+    after = read_journals([by_name[o.host] for o in failed], audit_options) if needs else journals
+    out = []
+    for o in batch_out:
+        if o.status is not HostStatus.FAILED:
+            out.append(o)
+            continue
+        j = after.get(o.host)
+        error = None
+        if o.host not in reachable:
+            error = "host unreachable: could not undo; the journal on the host lists this run's changes"
+        elif undo_result is not None and o.host in needs:
+            u = undo_result.hosts.get(o.host)
+            if u is None or u.state in (HostState.FAILED, HostState.UNREACHABLE):
+                error = "undo failed: " + ("; ".join(u.failures) if u else "no result")
+        undone = j.undone if j is not None and j.run_id == run_id else ()
+        out.append(HostOutcome(o.host, o.decision, o.status, o.where, o.detail, o.changed, undone, error))
+    return out
+
+
+def _reachable(host: Host, audit_options: AuditOptions) -> bool:
+    run = fan_out([host], "true", concurrency=1, connect_timeout=audit_options.connect_timeout, timeout=15)
+    return run.runs[host.name].status is Status.OK
+
+
+def undo_run(
+    hosts: Sequence[Host], inventory: str | Path, run_id: str, options: RestoreOptions | None = None
+) -> PlaybookResult:
+    """Undo what run ``run_id`` recorded on ``hosts`` (after an unreachable host came back)."""
+    options = options or RestoreOptions()
+    from .methods import AptMethod
+
+    return AptMethod().undo([h.name for h in hosts], inventory, _settings(options, run_id))
+
+
+def host_audit(result: AuditResult | None, host: str) -> HostAudit | None:
+    if result is None:
+        return None
+    try:
+        return result.host(host)
+    except KeyError:
+        return None

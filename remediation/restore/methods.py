@@ -1,0 +1,132 @@
+"""How a host's driver is restored: one interface, one method per way (apt now, the Azure extension later).
+
+A :class:`RestoreMethod` turns a host's audit into a :class:`~remediation.restore.rules.Decision`
+(``plan_host``), makes the change for a batch (``apply``), undoes what a run recorded (``undo``) and says whether
+the host passed the health gate (``verify``). ``method_for`` picks the method per host: ``--method auto`` reads the
+inventory variable ``driver_restore_method`` (``apt`` | ``azure-extension``). Choosing a method that does not exist
+yet fails in planning, before any host is changed.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from remediation.audit import HostAudit
+from remediation.runner import PlaybookResult, run_playbook
+
+from .errors import MethodUnavailableError, RestoreError
+from .rules import Decision, Prefer, decide
+
+__all__ = ["METHODS", "AptMethod", "AzureExtensionMethod", "GateResult", "RestoreMethod", "method_for"]
+
+PLAYBOOK = "playbooks/driver_restore.yml"
+
+
+@dataclass(frozen=True)
+class GateResult:
+    ok: bool
+    detail: str
+
+
+class RestoreMethod(ABC):
+    name: str = ""
+
+    @abstractmethod
+    def plan_host(self, audit: HostAudit, *, prefer: Prefer, force: bool, cordon_marker: str | None) -> Decision:
+        """The decision for one host (no change anywhere)."""
+
+    @abstractmethod
+    def apply(
+        self, decisions: Sequence[Decision], inventory: str | Path, settings: Mapping[str, Any]
+    ) -> PlaybookResult:
+        """Make the change on one batch; every host of the batch is in the result."""
+
+    @abstractmethod
+    def undo(self, hosts: Sequence[str], inventory: str | Path, settings: Mapping[str, Any]) -> PlaybookResult:
+        """Undo exactly what this run recorded on ``hosts`` (the journal on each host)."""
+
+    def verify(self, decision: Decision, after: HostAudit) -> GateResult:
+        """The health gate: probed, NVML answers, driver version as expected, no GPU-DRV-001 left."""
+        facts = after.facts
+        if facts is None:
+            return GateResult(False, f"{after.status.value}: {after.error or 'not probed'}")
+        if facts.nvml.failed:
+            return GateResult(False, f"NVML {facts.nvml.error_class}: {facts.nvml.error or 'no message'}")
+        expected = decision.expected_version
+        if expected and facts.nvml.driver_version != expected:
+            return GateResult(False, f"driver {facts.nvml.driver_version} != expected {expected}")
+        if any(f.id == "GPU-DRV-001" for f in after.findings):
+            return GateResult(False, "GPU-DRV-001 still reported")
+        return GateResult(True, f"NVML ok, driver {facts.nvml.driver_version}")
+
+
+class AptMethod(RestoreMethod):
+    """Headers + DKMS rebuild / previous kernel / install, then hold and reboot: ``playbooks/driver_restore.yml``."""
+
+    name = "apt"
+
+    def plan_host(self, audit: HostAudit, *, prefer: Prefer, force: bool, cordon_marker: str | None) -> Decision:
+        not_probed = None if audit.probed else f"{audit.status.value}: {audit.error or 'not probed'}"
+        return decide(
+            audit.host, audit.facts, audit.findings, audit.vars,
+            prefer=prefer, force=force, cordon_marker=cordon_marker, not_probed=not_probed,
+        )
+
+    def apply(
+        self, decisions: Sequence[Decision], inventory: str | Path, settings: Mapping[str, Any]
+    ) -> PlaybookResult:
+        extravars = dict(settings)
+        extravars["nvidia_driver_restore_operation"] = "restore"
+        extravars["nvidia_driver_restore_planned"] = {d.host: d.action.value for d in decisions}
+        extravars["driver_restore_batch"] = max(1, len(decisions))
+        return run_playbook(
+            PLAYBOOK, inventory, limit=[d.host for d in decisions], extravars=extravars,
+            job_timeout=int(settings.get("nvidia_driver_restore_reboot_timeout", 600)) + 1200,
+        )
+
+    def undo(self, hosts: Sequence[str], inventory: str | Path, settings: Mapping[str, Any]) -> PlaybookResult:
+        extravars = dict(settings)
+        extravars["nvidia_driver_restore_operation"] = "undo"
+        return run_playbook(PLAYBOOK, inventory, limit=list(hosts), extravars=extravars, job_timeout=1200)
+
+
+class AzureExtensionMethod(RestoreMethod):
+    """Remove and re-add the ``NvidiaGpuDriverLinux`` VM extension (publisher ``Microsoft.HpcCompute``): not yet."""
+
+    name = "azure-extension"
+    MESSAGE = (
+        "restore method 'azure-extension' (remove and re-add the NvidiaGpuDriverLinux VM extension, publisher "
+        "Microsoft.HpcCompute) is not implemented yet; nothing was changed. Use --method apt, or set "
+        "driver_restore_method: apt for host(s) {hosts}"
+    )
+
+    def plan_host(self, audit: HostAudit, *, prefer: Prefer, force: bool, cordon_marker: str | None) -> Decision:
+        raise MethodUnavailableError(self.MESSAGE.format(hosts=audit.host))
+
+    def apply(
+        self, decisions: Sequence[Decision], inventory: str | Path, settings: Mapping[str, Any]
+    ) -> PlaybookResult:
+        raise MethodUnavailableError(self.MESSAGE.format(hosts=",".join(d.host for d in decisions)))
+
+    def undo(self, hosts: Sequence[str], inventory: str | Path, settings: Mapping[str, Any]) -> PlaybookResult:
+        raise MethodUnavailableError(self.MESSAGE.format(hosts=",".join(hosts)))
+
+
+METHODS: dict[str, type[RestoreMethod]] = {"apt": AptMethod, "azure-extension": AzureExtensionMethod}
+
+
+def method_for(requested: str, host_vars: Mapping[str, Any]) -> RestoreMethod:
+    """The method for one host: ``requested`` unless it is ``auto``, then the host's ``driver_restore_method``."""
+    name = requested
+    if requested == "auto":
+        name = str(host_vars.get("driver_restore_method") or "apt")
+    if name not in METHODS:
+        raise RestoreError(
+            f"restore method {name!r} is not one of auto, {', '.join(METHODS)}"
+            + (" (from the inventory's driver_restore_method)" if requested == "auto" else "")
+        )
+    return METHODS[name]()

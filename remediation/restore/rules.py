@@ -1,0 +1,328 @@
+"""The restore's planning rules: findings + facts of one host -> what to do there (pure, no I/O).
+
+The same function decides in the Python flow (``invoke driver-restore``) and in the playbook
+(``playbooks/driver_restore.yml``, through the role's ``gpufleet_restore_decision`` filter), so a host is
+never planned one way on the terminal and changed another way by Ansible.
+
+Rules, first match wins:
+
+1. Not probed (unreachable, probe failed) -> left alone, reported.
+2. Cordoned by someone else (inventory ``gpufleet_cordoned: true`` or the marker file
+   ``/etc/gpufleet/cordoned`` on the host) -> left alone, reported.
+3. A GPU lost / fallen off the bus (GPU-HW-001) or a row-remap failure (GPU-HW-004 with a GPU whose
+   remapping failed) -> ``not-driver``: no change; "redeploy the VM / open a support case".
+4. Driver not installed (GPU-DRV-003) -> ``install`` the expected version (``nvidia_driver_expected_version``).
+5. Module missing for the booted kernel (GPU-DRV-001) -> ``rebuild`` (headers of the booted kernel, reinstall
+   the driver package at its installed version: DKMS builds the module) or ``previous-kernel`` (boot the newest
+   installed kernel that has a module, through GRUB_DEFAULT), by preference; ``previous-kernel`` with no such
+   kernel falls back to ``rebuild``.
+6. Userspace/kernel module mismatch (GPU-DRV-002) -> ``reboot`` (reloads the module; the lab has no reload).
+7. Predictive (GPU-KRN-001: a newer installed kernel has no module, NVML still answers) -> ``rebuild`` for that
+   kernel (its headers, the driver reinstalled: DKMS builds the module), no reboot: the catalog's remedy.
+8. NVML answers -> ``none``.
+9. Any other NVML failure (GPU-DRV-004/006, GPU-HW-006/007/008, ...) -> ``manual``: no automatic change.
+
+Guards, for the actions that change a host: a dpkg lock held (GPU-APT-001) and running GPU compute processes
+(from NVML; ``--force`` overrides the latter only) leave the host alone. When NVML is down it lists no processes,
+and with the driver not loaded nothing can run on the GPUs either.
+
+Every changing action ends by holding the kernel the host will run (image, headers, the kernel meta-packages)
+and the NVIDIA driver packages (GPU-KRN-002): only names dpkg knows, only those not held already (a hold that was
+there before is never touched, so it is never undone either).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, replace
+from enum import StrEnum
+from typing import Any
+
+from remediation.checks.debversion import compare_versions
+from remediation.checks.kernel import kernel_newer
+from remediation.facts import HostFacts
+from remediation.findings import Finding
+
+__all__ = [
+    "CHANGING",
+    "HARDWARE_ADVICE",
+    "Action",
+    "Decision",
+    "Prefer",
+    "decide",
+    "grub_default_for",
+    "is_cordoned",
+]
+
+HARDWARE_ADVICE = "not a driver problem: redeploy the VM (az vm redeploy) or open a support case; nothing changed"
+CORDON_MARKER = "/etc/gpufleet/cordoned"
+KERNEL_META = ("linux-image-generic", "linux-headers-generic", "linux-generic", "linux-modules-generic")
+
+
+class Action(StrEnum):
+    NONE = "none"  # healthy: nothing to do
+    REBUILD = "rebuild"  # headers for the booted kernel + reinstall the driver at its installed version
+    PREVIOUS_KERNEL = "previous-kernel"  # GRUB_DEFAULT -> newest kernel with a module, then reboot
+    REBOOT = "reboot"  # userspace/kernel mismatch: reload = reboot
+    INSTALL = "install"  # driver not installed: install the expected version
+    NOT_DRIVER = "not-driver"  # hardware: no change, redeploy / support case
+    MANUAL = "manual"  # a failure these rules do not repair automatically
+    SKIP = "skip"  # not probed / cordoned: left alone
+
+
+CHANGING = frozenset({Action.REBUILD, Action.PREVIOUS_KERNEL, Action.REBOOT, Action.INSTALL})
+
+
+class Prefer(StrEnum):
+    REBUILD = "rebuild"
+    PREVIOUS_KERNEL = "previous-kernel"
+
+
+@dataclass(frozen=True)
+class Decision:
+    """What the restore does on one host, and why. ``blocked`` set: a guard leaves the host alone."""
+
+    host: str
+    action: Action
+    reason: str
+    findings: tuple[str, ...] = ()
+    blocked: str | None = None
+    booted_kernel: str | None = None
+    target_kernel: str | None = None  # the kernel the host runs once restored
+    driver_package: str | None = None
+    driver_version: str | None = None  # Debian version to pin (rebuild: installed; install: resolved on host)
+    expected_version: str | None = None  # upstream version the gate expects from NVML
+    install_packages: tuple[str, ...] = ()  # packages this run installs that were not installed before
+    hold_packages: tuple[str, ...] = ()  # packages this run holds that were not held before
+    needs_reboot: bool = False
+    steps: tuple[str, ...] = ()
+
+    @property
+    def changes_host(self) -> bool:
+        return self.action in CHANGING and self.blocked is None
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON/YAML-ready (the playbook reads this as its per-host decision)."""
+        return {
+            "host": self.host,
+            "action": self.action.value,
+            "reason": self.reason,
+            "findings": list(self.findings),
+            "blocked": self.blocked,
+            "changes_host": self.changes_host,
+            "booted_kernel": self.booted_kernel,
+            "target_kernel": self.target_kernel,
+            "driver_package": self.driver_package,
+            "driver_version": self.driver_version,
+            "expected_version": self.expected_version,
+            "install_packages": list(self.install_packages),
+            "hold_packages": list(self.hold_packages),
+            "needs_reboot": self.needs_reboot,
+            "grub_default": grub_default_for(self.target_kernel) if self.action is Action.PREVIOUS_KERNEL else None,
+            "steps": list(self.steps),
+        }
+
+
+def grub_default_for(kernel: str | None) -> str:
+    """The GRUB_DEFAULT value that boots ``kernel`` from Ubuntu's "Advanced options" submenu."""
+    return f"Advanced options for Ubuntu>Ubuntu, with Linux {kernel}"
+
+
+def is_cordoned(host_vars: Mapping[str, Any], marker_text: str | None) -> str | None:
+    """Why the host is cordoned by someone else, or None. ``marker_text``: the marker file's text, None if absent."""
+    flag = host_vars.get("gpufleet_cordoned")
+    if flag is True or str(flag).lower() in ("true", "yes", "1"):
+        return "cordoned in the inventory (gpufleet_cordoned: true)"
+    if marker_text is not None:
+        note = " ".join(marker_text.split())[:200]
+        return f"cordoned on the host ({CORDON_MARKER}{': ' + note if note else ''})"
+    return None
+
+
+def _remap_failed(facts: HostFacts) -> bool:
+    return any(g.remapped_rows is not None and g.remapped_rows.failure for g in facts.nvml.gpus)
+
+
+def _gpu_processes(facts: HostFacts) -> list[str]:
+    out = []
+    for g in facts.nvml.gpus:
+        for p in g.processes:
+            out.append(f"GPU {g.index}: pid {p.pid} ({p.name or '?'})")
+    return out
+
+
+def _installed_debian_version(facts: HostFacts, package: str | None) -> str | None:
+    if package is None:
+        return None
+    return dict(facts.packages.nvidia).get(package) or None
+
+
+def _newest_kernel_with_module(facts: HostFacts) -> str | None:
+    candidates = [k for k in facts.packages.kernels if k.has_nvidia_module and k.release != facts.system.kernel]
+    if not candidates:
+        return None
+    best = candidates[0]
+    for k in candidates[1:]:
+        if compare_versions(k.image_version or k.release, best.image_version or best.release) > 0:
+            best = k
+    return best.release
+
+
+def _newest_kernel_without_module(facts: HostFacts) -> str | None:
+    booted = facts.booted_kernel
+    newer = [k for k in facts.packages.kernels if not k.has_nvidia_module and k.release != facts.system.kernel
+             and kernel_newer(k, facts.system.kernel or "", booted)]
+    if not newer:
+        return None
+    best = newer[0]
+    for k in newer[1:]:
+        if kernel_newer(k, best.release, best):
+            best = k
+    return best.release
+
+
+def _holds(facts: HostFacts, kernel: str | None, driver_names: Sequence[str], headers: bool) -> tuple[str, ...]:
+    """Packages to hold that dpkg knows (or that this run installs) and that are not held yet."""
+    wanted: list[str] = []
+    k = facts.packages.kernel(kernel)
+    if k is not None:
+        wanted.append(k.image_package)
+        if k.headers_installed or headers:
+            wanted.append(f"linux-headers-{k.release}")
+    wanted.extend(n for n in facts.packages.kernel_meta_names if n in KERNEL_META)
+    wanted.extend(driver_names)
+    held = facts.packages.held
+    return tuple(dict.fromkeys(n for n in wanted if n not in held))
+
+
+def decide(
+    host: str,
+    facts: HostFacts | None,
+    findings: Sequence[Finding],
+    host_vars: Mapping[str, Any],
+    *,
+    prefer: Prefer | str = Prefer.REBUILD,
+    force: bool = False,
+    cordon_marker: str | None = None,
+    not_probed: str | None = None,
+) -> Decision:
+    """The decision for one host (see the module docstring for the rules)."""
+    prefer = Prefer(prefer)
+    ids = tuple(sorted({f.id for f in findings}))
+    if facts is None:
+        return Decision(host, Action.SKIP, "left alone: not probed", ids, blocked=not_probed or "not probed")
+    cordoned = is_cordoned(host_vars, cordon_marker)
+    if cordoned:
+        return Decision(host, Action.SKIP, f"left alone: {cordoned}", ids, blocked=cordoned)
+    base: dict[str, Any] = {"booted_kernel": facts.system.kernel}
+    expected = host_vars.get("nvidia_driver_expected_version")
+    expected = str(expected) if expected else None
+    base["expected_version"] = expected
+    hw = [f for f in findings if f.id == "GPU-HW-001"]
+    if hw or ("GPU-HW-004" in ids and _remap_failed(facts)):
+        which = "GPU lost (fallen off the bus, Xid 79)" if hw else "row remapping failed"
+        return Decision(host, Action.NOT_DRIVER, f"{which}: {HARDWARE_ADVICE}", ids, **base)
+    pkgs = facts.packages
+    booted = facts.system.kernel
+    names: tuple[str, ...]
+    if "GPU-DRV-003" in ids:
+        branch = host_vars.get("nvidia_driver_branch") or (expected.split(".")[0] if expected else None)
+        if not expected or not branch:
+            return Decision(
+                host, Action.MANUAL, "driver not installed and no nvidia_driver_expected_version in the inventory",
+                ids, blocked="nvidia_driver_expected_version is not set for this host", **base,
+            )
+        driver: str | None = f"nvidia-driver-{branch}"
+        names = (str(driver), f"nvidia-utils-{branch}", f"libnvidia-compute-{branch}")
+        decision = Decision(
+            host, Action.INSTALL, f"driver not installed: install {driver} {expected}", ids,
+            target_kernel=booted, driver_package=driver, driver_version=None,
+            install_packages=tuple(n for n in names if n not in pkgs.nvidia_names),
+            hold_packages=_holds(facts, booted, names, headers=False), needs_reboot=True,
+            steps=(f"install {driver}={expected}-* (version resolved on the host)", "hold kernel and driver packages",
+                   "reboot", "gate: NVML answers with " + expected),
+            **base,
+        )
+    elif "GPU-DRV-001" in ids:
+        driver = pkgs.driver_package
+        version = _installed_debian_version(facts, driver)
+        previous = _newest_kernel_with_module(facts)
+        names = tuple(n for n in pkgs.nvidia_names if n.startswith(("nvidia-", "libnvidia-")))
+        if prefer is Prefer.PREVIOUS_KERNEL and previous is not None:
+            decision = Decision(
+                host, Action.PREVIOUS_KERNEL,
+                f"booted kernel {booted} has no NVIDIA module; {previous} has one: boot it (GRUB_DEFAULT)", ids,
+                target_kernel=previous, driver_package=driver, driver_version=version,
+                hold_packages=_holds(facts, previous, names, headers=False), needs_reboot=True,
+                steps=(f'set GRUB_DEFAULT="{grub_default_for(previous)}"', "hold kernel and driver packages",
+                       f"reboot into {previous}", f"gate: NVML answers with {expected or 'the installed driver'}"),
+                **base,
+            )
+        else:
+            if driver is None or version is None:
+                return Decision(
+                    host, Action.MANUAL, "module missing but no NVIDIA driver package installed to rebuild from",
+                    ids, blocked="no driver package to reinstall", **base,
+                )
+            kernel = pkgs.kernel(booted)
+            headers = f"linux-headers-{booted}"
+            install = () if kernel is not None and kernel.headers_installed else (headers,)
+            note = "" if prefer is Prefer.REBUILD or previous else " (no other kernel has a module: rebuilding)"
+            decision = Decision(
+                host, Action.REBUILD,
+                f"booted kernel {booted} has no NVIDIA module: build it with DKMS{note}", ids,
+                target_kernel=booted, driver_package=driver, driver_version=version,
+                install_packages=install, hold_packages=_holds(facts, booted, names, headers=True), needs_reboot=True,
+                steps=(f"install {headers}" if install else f"{headers} already installed",
+                       f"reinstall {driver}={version} (DKMS builds the module for {booted})",
+                       "hold kernel and driver packages", "reboot",
+                       f"gate: NVML answers with {expected or 'the installed driver'}"),
+                **base,
+            )
+    elif "GPU-DRV-002" in ids:
+        names = tuple(n for n in pkgs.nvidia_names if n.startswith(("nvidia-", "libnvidia-")))
+        decision = Decision(
+            host, Action.REBOOT, "driver userspace and loaded kernel module differ: reboot to load the module", ids,
+            target_kernel=booted, driver_package=pkgs.driver_package,
+            driver_version=_installed_debian_version(facts, pkgs.driver_package),
+            hold_packages=_holds(facts, booted, names, headers=False), needs_reboot=True,
+            steps=("hold kernel and driver packages", "reboot", f"gate: NVML answers with {expected or 'the driver'}"),
+            **base,
+        )
+    elif "GPU-KRN-001" in ids and pkgs.driver_package and _installed_debian_version(facts, pkgs.driver_package):
+        # Predictive: a newer installed kernel has no module; build it now so the next reboot keeps the GPUs.
+        newer = _newest_kernel_without_module(facts)
+        driver = pkgs.driver_package
+        version = _installed_debian_version(facts, driver)
+        names = tuple(n for n in pkgs.nvidia_names if n.startswith(("nvidia-", "libnvidia-")))
+        k = pkgs.kernel(newer)
+        headers = f"linux-headers-{newer}"
+        install = () if k is not None and k.headers_installed else (headers,)
+        decision = Decision(
+            host, Action.REBUILD, f"kernel {newer} is installed without an NVIDIA module: build it before a reboot",
+            ids, target_kernel=newer, driver_package=driver, driver_version=version, install_packages=install,
+            hold_packages=_holds(facts, booted, names, headers=False), needs_reboot=False,
+            steps=(f"install {headers}" if install else f"{headers} already installed",
+                   f"reinstall {driver}={version} (DKMS builds the module for {newer})",
+                   "hold kernel and driver packages", "no reboot needed", "gate: NVML still answers"),
+            **base,
+        )
+    elif facts.nvml.ok:
+        return Decision(host, Action.NONE, "NVML answers: nothing to restore", ids, **base)
+    else:
+        return Decision(
+            host, Action.MANUAL, f"NVML {facts.nvml.error_class}: not repaired automatically; see the audit's runbook",
+            ids, **base,
+        )
+    # Guards for a changing decision.
+    blocked = None
+    if "GPU-APT-001" in ids or facts.dpkg_lock.held:
+        holder = facts.dpkg_lock.holder_comm or "another process"
+        blocked = f"dpkg lock held by {holder} (pid {facts.dpkg_lock.holder_pid or '?'})"
+    procs = _gpu_processes(facts)
+    if blocked is None and procs and not force:
+        blocked = "GPU compute processes running (" + "; ".join(procs[:4]) + "): pass --force to restore anyway"
+    if blocked is not None:
+        return replace(decision, blocked=blocked)
+    return decision
+
