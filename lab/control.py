@@ -86,6 +86,17 @@ class Lab:
             return None
         return pid if b"lab.supervisor" in cmdline else None
 
+    def running_base(self) -> Path | None:
+        """The base image the running supervisor boots hosts from (None when no supervisor runs)."""
+        pid = self.supervisor_pid()
+        if pid is None:
+            return None
+        try:
+            args = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+            return Path(args[args.index(b"lab.supervisor") + 2].decode())
+        except (OSError, ValueError, IndexError):
+            return None
+
     def request(self, op: str, hosts: Sequence[str] = (), timeout: float = 60.0) -> dict[str, Any]:
         with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
             s.settimeout(timeout)
@@ -234,6 +245,12 @@ class Lab:
         with self.locked():
             cached = any(self.cfg.cache.glob("base-*/.gpulab-complete"))
             base = ensure_base(self.cfg)
+            running = self.running_base()
+            if running is not None and running != base.path:
+                raise LabError(
+                    f"the running lab boots from an older base image ({running.name}; the lab's sources changed"
+                    f" since): run `invoke lab.down --purge`, then `invoke lab.up` again"
+                )
             t0 = time.monotonic()
             self._client_key()
             wanted = [host_name(i) for i in range(1, count + 1)]

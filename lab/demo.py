@@ -5,7 +5,10 @@
    the host reboots into it and the NVIDIA driver has no module for it;
 3. what on-call sees on the host (``nvidia-smi``, ``dmesg``), triaged with ``diagnose``;
 4. the fleet audit again: gpu-2's finding names the kernel package, who installed it and when, and the
-   incident report carries the runbook's five sections with the host's evidence.
+   incident report carries the runbook's five sections with the host's evidence;
+5. the emergency driver restore on gpu-2 (rolling, NVML-gated, reboot allowed);
+6. ``harden`` on the fleet, then the same weekend again on another host: the kernel is skipped, the GPUs
+   stay up; the final audit is clean of critical findings.
 
 Returns 0 when every step showed what it should (the demo checks itself), 1 otherwise.
 """
@@ -38,9 +41,15 @@ def _audit(lab: Lab) -> AuditResult:
 def run_demo(lab: Lab, hosts: int, root: Path) -> int:
     ok = True
     console.print(Rule("1. the lab fleet"))
-    if lab.existing_hosts() and BROKEN in lab.existing_hosts():
-        lab.clear(BROKEN)  # a demo always starts from a healthy gpu-2
-    up = lab.up(max(hosts, 2))
+    from .base import ensure_base
+
+    running = lab.running_base()
+    if running is not None and running != ensure_base(lab.cfg).path:
+        lab.down(purge=True)  # the lab's sources changed since it started: a demo starts on the current base
+    for name in lab.existing_hosts():
+        if lab.supervisor_pid() is not None and name in ("gpu-1", "gpu-2", "gpu-3"):
+            lab.clear(name)  # a demo always starts from fresh, unhardened hosts
+    up = lab.up(max(hosts, 3))
     console.print(
         f"{len(up.hosts)} simulated Azure GPU VMs ({lab.cfg.sku}) up in {up.seconds:.1f} s; inventory {up.inventory}"
     )
@@ -74,6 +83,36 @@ def run_demo(lab: Lab, hosts: int, root: Path) -> int:
         mine = [s for s in section if BROKEN in s and "GPU-DRV-001" in s]
         console.print(Rule(f"incident report for {BROKEN}"))
         console.print(("# " + mine[0]) if mine else incident, markup=False)
+    console.print(Rule(f"5. invoke driver-restore --limit {BROKEN} --allow-reboot --yes"))
+    from remediation.report.restore_view import print_restore_plan, print_restore_result
+    from remediation.restore.flow import RestoreOptions, driver_restore
+
+    inv = str(lab.cfg.inventory_path)
+    restore = driver_restore(
+        load(inv, "gpu", limit=BROKEN),
+        inv,
+        AuditOptions(nvml_timeout=5, timeout=60),
+        RestoreOptions(allow_reboot=True, reboot_timeout=120, state_dir=root / ".audit"),
+        show_plan=lambda plan: print_restore_plan(console, plan),
+    )
+    print_restore_result(console, restore)
+    ok &= restore.exit_code == 0
+
+    console.print(Rule("6. invoke harden --fleet gpu --yes, then the same weekend on gpu-3"))
+    from remediation.harden import harden
+    from remediation.report.converge import print_harden_plan, print_harden_result
+
+    hardened = harden(
+        load(inv, "gpu"), inv, AuditOptions(nvml_timeout=5), show_plan=lambda p, r: print_harden_plan(console, p, r)
+    )
+    print_harden_result(console, hardened)
+    ok &= hardened.exit_code == 0
+    again = inject(lab, "gpu-3", "kernel-upgrade")
+    console.print(f"gpu-3: {again.detail}")
+    final = _audit(lab)
+    render(final, "table", console=console)
+    ok &= not any(f.severity.value == "critical" for f in final.findings)
+    ok &= final.host("gpu-3").facts is not None and final.host("gpu-3").facts.system.kernel == "6.5.0-44-generic"  # type: ignore[union-attr]
     console.print(Rule("next"))
     console.print(
         f"the lab stays up: `ssh -F {lab.cfg.inventory_path.parent / 'ssh_config'} {BROKEN}`, `invoke audit`,"
