@@ -205,7 +205,8 @@ def test_host_that_does_not_come_back_after_reboot(fleet: Any, s1_host: str, tmp
         stop.set()
         watcher.join(40)
     o = result.outcome(s1_host)
-    assert "Reboot to load the restored driver" in o.detail, o
+    # Where it stops depends on when sshd goes: in Ansible's reboot wait, or at the gate's NVML probe right after.
+    assert "Reboot to load the restored driver" in o.detail or o.detail.startswith("unreachable"), o
     assert o.undo_error and "unreachable" in o.undo_error
     fleet.run_in_host(s1_host, ["/etc/init.d/ssh", "start"])
     fleet.wait_ready([s1_host], 30)
