@@ -17,6 +17,12 @@ from invoke import Collection, Exit, task
 
 ROOT = Path(__file__).resolve().parent
 F = TypeVar("F", bound=Callable[..., Any])
+# Help for the flags every fleet task takes.
+FLEET_HELP = {
+    "fleet": "fleet name from invoke.yaml (fleets:), default gpu",
+    "inventory": "Ansible inventory to use instead of the fleet's",
+    "limit": "comma-separated host names or glob patterns",
+}
 
 
 def edge(func: F) -> F:
@@ -161,9 +167,7 @@ def _audit_options(c: Any, concurrency: Any, timeout: Any) -> Any:
     name="run",
     default=True,
     help={
-        "fleet": "fleet name from invoke.yaml (fleets:), default gpu",
-        "inventory": "Ansible inventory to use instead of the fleet's",
-        "limit": "comma-separated host names or glob patterns",
+        **FLEET_HELP,
         "format": "table | json | junit | prom | md",
         "out": "write the report to this file instead of stdout",
         "fail_on": "warning | critical: exit 1 when a finding is at or above it (default from config: critical)",
@@ -264,9 +268,7 @@ def diagnose(c, file="-", format="text", kind=None):  # type: ignore[no-untyped-
     default=True,
     name="run",
     help={
-        "fleet": "fleet name from invoke.yaml (fleets:), default gpu",
-        "inventory": "Ansible inventory to use instead of the fleet's",
-        "limit": "comma-separated host names or glob patterns",
+        **FLEET_HELP,
         "check": "show the per-host diff and stop: nothing changes on any host",
         "diff": "show diffs while applying",
         "yes": "apply without asking",
@@ -328,9 +330,7 @@ def harden(
     default=True,
     name="run",
     help={
-        "fleet": "fleet name from invoke.yaml (fleets:), default gpu",
-        "inventory": "Ansible inventory to use instead of the fleet's",
-        "limit": "comma-separated host names or glob patterns",
+        **FLEET_HELP,
         "method": "auto | apt | azure-extension (auto: inventory var driver_restore_method)",
         "allow_reboot": "reboot hosts whose restore needs it (never without this flag)",
         "dry_run": "print the plan and stop: nothing changes",
@@ -345,8 +345,20 @@ def harden(
 )
 @edge
 def driver_restore(  # type: ignore[no-untyped-def]
-    c, fleet="gpu", inventory=None, limit=None, method=None, allow_reboot=False, dry_run=False, yes=False,
-    batch=None, max_failures=None, force=False, prefer=None, reboot_timeout=None, report=None,
+    c,
+    fleet="gpu",
+    inventory=None,
+    limit=None,
+    method=None,
+    allow_reboot=False,
+    dry_run=False,
+    yes=False,
+    batch=None,
+    max_failures=None,
+    force=False,
+    prefer=None,
+    reboot_timeout=None,
+    report=None,
 ):
     """Restore the NVIDIA driver after a kernel update: rolling, NVML-gated, undo on failure.
 
@@ -355,9 +367,21 @@ def driver_restore(  # type: ignore[no-untyped-def]
     from remediation.restore.cli import driver_restore_task
 
     code = driver_restore_task(
-        c, root=ROOT, fleet=fleet, inventory=inventory, limit=limit, method=method, allow_reboot=allow_reboot,
-        dry_run=dry_run, yes=yes, batch=batch, max_failures=max_failures, force=force, prefer=prefer,
-        reboot_timeout=reboot_timeout, report=report,
+        c,
+        root=ROOT,
+        fleet=fleet,
+        inventory=inventory,
+        limit=limit,
+        method=method,
+        allow_reboot=allow_reboot,
+        dry_run=dry_run,
+        yes=yes,
+        batch=batch,
+        max_failures=max_failures,
+        force=force,
+        prefer=prefer,
+        reboot_timeout=reboot_timeout,
+        report=report,
     )
     raise Exit(code=code)
 

@@ -20,6 +20,7 @@ from remediation.errors import ProbeError
 from remediation.parsers import apt_history as _apt_history
 from remediation.parsers import dkms as _dkms
 from remediation.parsers import kernel_log as _kernel_log
+from remediation.parsers import nvml_text as _nvml_text
 from remediation.parsers.apt_history import AptHistory, AptTransaction
 from remediation.parsers.dkms import Dkms
 from remediation.parsers.kernel_log import KernelLog
@@ -51,19 +52,8 @@ __all__ = [
 SCHEMA_PREFIX = "gpufleet.facts/"
 SCHEMA_MAJOR = 1
 
-NVML_ERROR_CLASSES = frozenset(
-    {
-        "none",
-        "driver_not_loaded",
-        "version_mismatch",
-        "no_devices",
-        "library_not_found",
-        "gpu_lost",
-        "handle_unknown_error",
-        "timeout",
-        "other",
-    }
-)
+# The classes field text can show (diagnose's contract) plus the two only a live probe sees.
+NVML_ERROR_CLASSES = frozenset(_nvml_text.ERROR_CLASSES) | {"timeout", "other"}
 
 
 # --- system -------------------------------------------------------------------------------------------------

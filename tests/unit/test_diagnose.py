@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import json
-import re
-from pathlib import Path
 
 import pytest
 from hypothesis import given, settings
@@ -14,31 +12,8 @@ from remediation.catalog import CATALOG
 from remediation.diagnose import DiagnoseResult, diagnose, render_text
 from remediation.errors import ParseError
 from remediation.parsers import detect_kind
-
-CORPUS = Path(__file__).resolve().parents[3] / "shared" / "corpus" / "field-text-dev.md"
-_HEADING = re.compile(r"^#{3,4} ([0-9]+[A-Z]?\.[0-9]+)\b")
-
-
-def _load() -> dict[str, list[str]]:
-    blocks: dict[str, list[str]] = {}
-    current: str | None = None
-    buf: list[str] | None = None
-    for line in CORPUS.read_text(encoding="utf-8").split("\n"):
-        if buf is None:
-            heading = _HEADING.match(line)
-            if heading:
-                current = heading.group(1)
-                blocks[current] = []
-            elif line.startswith("```") and current is not None:
-                buf = []
-        elif line.startswith("```"):
-            assert current is not None
-            blocks[current].append("\n".join(buf))
-            buf = None
-        else:
-            buf.append(line)
-    return blocks
-
+from tests.corpus import CORPUS
+from tests.corpus import blocks as _load
 
 BLOCKS: dict[str, list[str]] = _load() if CORPUS.exists() else {}
 needs_corpus = pytest.mark.skipif(not CORPUS.exists(), reason=f"corpus not found at {CORPUS}")
