@@ -195,6 +195,13 @@ def _holds(facts: HostFacts, kernel: str | None, driver_names: Sequence[str], he
     return tuple(dict.fromkeys(n for n in wanted if n not in held))
 
 
+def _upstream(debian_version: str | None) -> str:
+    """``535.216.01-0ubuntu0.22.04.1`` -> ``535.216.01`` (epoch and Debian revision dropped)."""
+    if not debian_version:
+        return ""
+    return debian_version.split(":", 1)[-1].rsplit("-", 1)[0]
+
+
 def decide(
     host: str,
     facts: HostFacts | None,
@@ -279,6 +286,18 @@ def decide(
                        f"gate: NVML answers with {expected or 'the installed driver'}"),
                 **base,
             )
+    elif "GPU-DRV-002" in ids and expected and not _upstream(
+        _installed_debian_version(facts, pkgs.driver_package)
+    ).startswith(expected):
+        # A reboot would load the module of the installed userspace, not the fleet's driver: the gate would fail
+        # and the run would be undone. Whoever upgraded the driver decides: downgrade it or change the fleet's version.
+        installed = _upstream(_installed_debian_version(facts, pkgs.driver_package)) or "unknown"
+        decision = Decision(
+            host, Action.MANUAL,
+            f"driver userspace {installed} differs from the fleet's expected {expected}: a reboot would load"
+            f" {installed}; install {expected} or set nvidia_driver_expected_version to {installed}",
+            ids, **base,
+        )
     elif "GPU-DRV-002" in ids:
         names = tuple(n for n in pkgs.nvidia_names if n.startswith(("nvidia-", "libnvidia-")))
         decision = Decision(

@@ -50,8 +50,9 @@ def _restore(lab: Any, limit: str, tmp: Path, **kw: Any) -> Any:
     confirm = kw.pop("confirm", None)
     hooks = kw.pop("hooks", None)
     opts = {"allow_reboot": True, "reboot_timeout": 12, "apt_lock_timeout": 3, "state_dir": tmp, **kw}
-    return driver_restore(_hosts(lab, limit), lab.cfg.inventory_path, AUDIT, RestoreOptions(**opts),
-                          confirm=confirm, hooks=hooks)
+    return driver_restore(
+        _hosts(lab, limit), lab.cfg.inventory_path, AUDIT, RestoreOptions(**opts), confirm=confirm, hooks=hooks
+    )
 
 
 def _state(lab: Any, host: str) -> dict[str, Any]:
@@ -129,8 +130,9 @@ def test_running_gpu_processes_block_without_force(fleet: Any, tmp_path: Path) -
 
 def test_second_restore_is_refused(fleet: Any, tmp_path: Path) -> None:
     before = _state(fleet, "gpu-3")
-    with fleet_lock(tmp_path, "gpu", ["gpu-9"]), pytest.raises(
-        LockHeldError, match="another driver restore holds fleet 'gpu': pid"
+    with (
+        fleet_lock(tmp_path, "gpu", ["gpu-9"]),
+        pytest.raises(LockHeldError, match="another driver restore holds fleet 'gpu': pid"),
     ):
         _restore(fleet, "gpu-3", tmp_path)
     assert _state(fleet, "gpu-3") == before
@@ -158,7 +160,7 @@ def test_dkms_build_failure_stops_at_the_gate_and_undoes(fleet: Any, s1_host: st
     assert ssh(fleet, s1_host, "mv /usr/sbin/dkms /usr/sbin/dkms.real").returncode == 0
     wrapper = fleet.host_path(s1_host, "/usr/sbin/dkms")
     wrapper.write_text(
-        "#!/bin/sh\ncase \"$1\" in install|build|autoinstall)\n"
+        '#!/bin/sh\ncase "$1" in install|build|autoinstall)\n'
         "    echo 'Error! Bad return status for module build'; exit 10 ;;\nesac\nexec /usr/sbin/dkms.real \"$@\"\n"
     )
     wrapper.chmod(0o755)
@@ -230,8 +232,15 @@ def test_ssh_drops_mid_run(fleet: Any, s1_host: str, tmp_path: Path) -> None:
                 text = ""
             if "holds_added" in text:
                 journal = text
-                fleet.run_in_host(s1_host, ["sh", "-c", "for p in /proc/[0-9]*; do [ \"$(cat $p/comm 2>/dev/null)\""
-                                            " = sshd ] && kill -9 ${p#/proc/}; done; true"])
+                fleet.run_in_host(
+                    s1_host,
+                    [
+                        "sh",
+                        "-c",
+                        'for p in /proc/[0-9]*; do [ "$(cat $p/comm 2>/dev/null)"'
+                        " = sshd ] && kill -9 ${p#/proc/}; done; true",
+                    ],
+                )
                 return
             time.sleep(0.01)
 
@@ -252,3 +261,43 @@ def test_ssh_drops_mid_run(fleet: Any, s1_host: str, tmp_path: Path) -> None:
     assert not undo.failed_hosts and not undo.unreachable_hosts
     assert _critical(fleet, s1_host) <= crit
     assert _state(fleet, s1_host) == before
+
+
+def test_previous_kernel_boots_back_to_the_kernel_with_a_module(fleet: Any, s1_host: str, tmp_path: Path) -> None:
+    from remediation.restore.rules import Prefer
+
+    result = _restore(fleet, s1_host, tmp_path, prefer=Prefer.PREVIOUS_KERNEL)
+    o = result.outcome(s1_host)
+    assert o.decision.action is Action.PREVIOUS_KERNEL, o
+    assert result.exit_code == 0 and o.status is HostStatus.RESTORED, o
+    assert ssh(fleet, s1_host, "uname -r").stdout.strip() == "6.5.0-44-generic"
+    grub = fleet.host_path(s1_host, "/etc/default/grub").read_text()
+    assert 'with Linux 6.5.0-44-generic"' in grub
+    # No headers or packages were added for the broken kernel: this path only chose what to boot.
+    assert "linux-headers-6.5.0-45-generic" not in _state(fleet, s1_host)["packages"]
+
+
+def test_no_reboot_without_the_flag(fleet: Any, s1_host: str, tmp_path: Path) -> None:
+    boot = fleet.boot_id(s1_host)
+    result = _restore(fleet, s1_host, tmp_path, allow_reboot=False)
+    o = result.outcome(s1_host)
+    assert o.decision.action is Action.REBUILD
+    assert o.status is HostStatus.REBOOT_REQUIRED and result.exit_code == 1, o
+    assert fleet.boot_id(s1_host) == boot  # the module is built, but the host was not rebooted
+    assert fleet.host_path(s1_host, "/lib/modules/6.5.0-45-generic/updates/dkms/nvidia.ko").exists()
+
+
+def test_mismatch_with_a_driver_the_fleet_does_not_expect_is_left_to_a_person(fleet: Any, tmp_path: Path) -> None:
+    """Userspace upgraded to 535.216.01 while the fleet expects 535.183.01: a reboot would load 216, fail the gate
+    and be undone, so the plan changes nothing and says what to decide."""
+    inject(fleet, "gpu-4", "driver-mismatch")
+    try:
+        before, boot = _state(fleet, "gpu-4"), fleet.boot_id("gpu-4")
+        result = _restore(fleet, "gpu-4", tmp_path)
+        o = result.outcome("gpu-4")
+        assert o.decision.action is Action.MANUAL, o
+        assert "535.216.01" in o.decision.reason and "535.183.01" in o.decision.reason
+        assert o.status is HostStatus.LEFT_ALONE and result.exit_code == 1
+        assert _state(fleet, "gpu-4") == before and fleet.boot_id("gpu-4") == boot
+    finally:
+        fleet.clear("gpu-4")
