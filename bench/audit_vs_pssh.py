@@ -22,7 +22,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from lab.config import LabConfig  # noqa: E402
+from lab.config import LabConfig, test_prefix  # noqa: E402
 from lab.control import Lab  # noqa: E402
 from remediation.audit import AuditOptions, probe_command, run_audit  # noqa: E402
 from remediation.inventory import load  # noqa: E402
@@ -86,7 +86,7 @@ def main() -> None:
         LabConfig.from_mapping(
             {
                 "state_dir": str(tmp / "state"),
-                "address_prefix": "127.0.60",
+                "address_prefix": test_prefix("127.0.60"),
                 "inventory_path": str(tmp / "hosts.yml"),
                 **(
                     {"cache_dir": str(ROOT / ".lab/cache")}

@@ -24,7 +24,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from lab.config import LabConfig  # noqa: E402
+from lab.config import LabConfig, test_prefix  # noqa: E402
 from lab.control import Lab  # noqa: E402
 from remediation.audit import AuditOptions, run_audit  # noqa: E402
 from remediation.harden import harden  # noqa: E402
@@ -43,7 +43,11 @@ def main() -> None:
     args = ap.parse_args()
     n = args.hosts
     tmp = Path(tempfile.mkdtemp(prefix="gpulab-bench-harden-"))
-    settings = {"state_dir": str(tmp / "state"), "address_prefix": "127.0.61", "inventory_path": str(tmp / "hosts.yml")}
+    settings = {
+        "state_dir": str(tmp / "state"),
+        "address_prefix": test_prefix("127.0.61"),
+        "inventory_path": str(tmp / "hosts.yml"),
+    }
     if not os.environ.get("GPULAB_CACHE_DIR"):
         settings["cache_dir"] = str(ROOT / ".lab/cache")
     lab = Lab(LabConfig.from_mapping(settings, root=ROOT))

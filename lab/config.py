@@ -20,6 +20,21 @@ MAX_HOSTS = 200
 DEFAULT_SKU = "Standard_NC48ads_A100_v4"
 
 
+def test_prefix(prefix: str) -> str:
+    """A fixed test/benchmark prefix ``127.0.X``, moved to ``127.N.X`` when ``GPULAB_NET=N`` is set.
+
+    Tests, Molecule scenarios and benchmarks use fixed loopback prefixes; two checkouts that run them at the same
+    time on one machine each set their own ``GPULAB_NET`` (1-254) so their hosts never share an address.
+    """
+    net = os.environ.get("GPULAB_NET", "").strip()
+    if not net:
+        return prefix
+    if not net.isdigit() or not 1 <= int(net) <= 254:
+        raise LabError(f"GPULAB_NET={net!r} must be a number from 1 to 254 (the second octet of 127.N.X)")
+    first, _second, third = prefix.split(".")
+    return f"{first}.{int(net)}.{third}"
+
+
 @dataclass(frozen=True)
 class LabConfig:
     state_dir: Path = Path(".lab")

@@ -31,13 +31,13 @@ import yaml
 
 from remediation.errors import LabError
 
-from .config import LabConfig
+from .config import LabConfig, test_prefix
 from .control import PROJECT_ROOT, Lab
 
-SLOTS = tuple(f"127.0.{n}" for n in range(50, 60))
+SLOTS = tuple(test_prefix(f"127.0.{n}") for n in range(50, 60))
 # Fixed prefixes for scenarios that run side by side in CI; the others hash into the remaining slots.
 SCENARIO_PREFIXES = {
-    "gpu_probe_timer": "127.0.50",
+    "gpu_probe_timer": test_prefix("127.0.50"),
 }
 SCENARIO_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
 PREFIX_FILE = "address_prefix"

@@ -35,7 +35,7 @@ from typing import Any
 from remediation import catalog
 from remediation.errors import ParseError
 from remediation.findings import Finding, Severity, make_finding
-from remediation.parsers import KINDS, UNKNOWN, detect_kind
+from remediation.parsers import KINDS, UNKNOWN, detect_kind, kinds
 from remediation.parsers import apt_history as apt_mod
 from remediation.parsers import dkms as dkms_mod
 from remediation.parsers import kernel_log as klog_mod
@@ -76,10 +76,12 @@ def diagnose(text: str, kind: str | None = None, source: str = "<text>") -> Diag
         kind = detect_kind(text)
     if kind == UNKNOWN:
         return DiagnoseResult(UNKNOWN, {}, ())
-    if kind not in _HANDLERS:
-        known = ", ".join(sorted(_HANDLERS))
+    spec = kinds().get(kind)
+    handler = _HANDLERS.get(kind) or (spec.diagnose if spec is not None else None)
+    if handler is None:
+        known = ", ".join(sorted(kinds()))
         raise ParseError(f"{source}: unknown kind {kind!r} (known: {known})")
-    facts, findings = _HANDLERS[kind](text)
+    facts, findings = handler(text)
     return DiagnoseResult(kind, facts, tuple(findings))
 
 

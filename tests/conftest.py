@@ -23,7 +23,7 @@ def lab_unavailable() -> str | None:
 
 
 def make_lab(tmp: Path, prefix: str, hosts: int):  # type: ignore[no-untyped-def]
-    from lab.config import LabConfig
+    from lab.config import LabConfig, test_prefix
     from lab.control import Lab
 
     cache = os.environ.get("GPULAB_CACHE_DIR") or str(ROOT / ".lab" / "cache")
@@ -31,7 +31,7 @@ def make_lab(tmp: Path, prefix: str, hosts: int):  # type: ignore[no-untyped-def
         {
             "state_dir": str(tmp / "state"),
             "cache_dir": cache,
-            "address_prefix": prefix,
+            "address_prefix": test_prefix(prefix),
             "boot_delay": 0.3,
             "inventory_path": str(tmp / "inventory" / "hosts.yml"),
         },

@@ -1,8 +1,10 @@
 """Pure parsers of field text (nvidia-smi/NVML failures, kernel logs, apt history, DKMS output).
 
 Every parser is ``parse(text) -> frozen dataclass`` and never raises. :func:`detect_kind` says which parser a
-piece of text is for, by scoring format markers; :data:`KINDS` is the registry (add a kind with :func:`register`:
-later kinds such as ``oom``, ``failedscheduling``, ``aoai-429``, ``model-server`` plug in the same way).
+piece of text is for, by scoring format markers; :data:`KINDS` is the registry. The host kinds (NVML text, kernel
+log, apt history, DKMS) are registered here and diagnosed by :mod:`remediation.diagnose`; every other area
+registers its own kinds from its own package, with their ``diagnose`` handler on the :class:`KindSpec`, and names
+that module in :data:`PLUGIN_MODULES` (imported on first use, so importing this package stays cheap).
 
 Mixed text (nvidia-smi output pasted together with kernel lines, a transcript with ``dkms status``): the highest
 score wins, and the NVML error messages score highest on purpose. They are the symptom the operator is asking about,
@@ -12,25 +14,36 @@ and ``diagnose`` of ``nvml`` text also reads the kernel lines embedded in it, so
 
 from __future__ import annotations
 
+import importlib
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 from remediation.parsers import apt_history, dkms, kernel_log, nvml_text
 
-__all__ = ["KINDS", "UNKNOWN", "KindSpec", "detect_kind", "register", "scores"]
+__all__ = ["KINDS", "PLUGIN_MODULES", "UNKNOWN", "Diagnoser", "KindSpec", "detect_kind", "kinds", "register", "scores"]
 
 UNKNOWN = "unknown"
 
 
+#: A kind's diagnosis: text -> (JSON-ready facts, findings). Findings come from the catalog's rules, the same
+#: functions the area's own tasks use, so one finding ID has one rule.
+Diagnoser = Callable[[str], tuple[dict[str, Any], list[Any]]]
+
+
 @dataclass(frozen=True)
 class KindSpec:
-    """A kind of field text: how to recognise it (a score, 0 = not this kind) and how to parse it."""
+    """A kind of field text: how to recognise it (a score, 0 = not this kind), how to parse it, how to diagnose it.
+
+    ``diagnose`` is ``None`` only for the host kinds registered here, which :mod:`remediation.diagnose` handles.
+    """
 
     name: str
     score: Callable[[str], int]
     parse: Callable[[str], object]
     description: str = ""
+    diagnose: Diagnoser | None = None
 
 
 def _marker_score(markers: tuple[tuple[re.Pattern[str], int, int], ...]) -> Callable[[str], int]:
@@ -82,6 +95,10 @@ _DKMS_MARKERS = (
 
 KINDS: dict[str, KindSpec] = {}
 
+#: Modules that register more kinds when imported, one per area (``remediation.<area>.<module>``).
+PLUGIN_MODULES: tuple[str, ...] = ()
+_plugins_loaded = False
+
 
 def register(spec: KindSpec) -> None:
     """Add (or replace) a kind of field text in the registry."""
@@ -94,9 +111,19 @@ register(KindSpec("apt-history", _marker_score(_APT_MARKERS), apt_history.parse,
 register(KindSpec("dkms", _marker_score(_DKMS_MARKERS), dkms.parse, "dkms status / DKMS build output"))
 
 
+def kinds() -> dict[str, KindSpec]:
+    """Every registered kind, the areas' plugin kinds included (imported here on the first call)."""
+    global _plugins_loaded
+    if not _plugins_loaded:
+        _plugins_loaded = True
+        for module in PLUGIN_MODULES:
+            importlib.import_module(module)
+    return KINDS
+
+
 def scores(text: str) -> dict[str, int]:
     """Every registered kind's score for ``text`` (for explaining a detection)."""
-    return {name: spec.score(text) for name, spec in KINDS.items()}
+    return {name: spec.score(text) for name, spec in kinds().items()}
 
 
 def detect_kind(text: str) -> str:

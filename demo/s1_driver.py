@@ -1,4 +1,4 @@
-"""Game day on the lab: the runbook's S1 incident, end to end, as on-call sees it.
+"""Scene S1 on the lab: the runbook's S1 incident, end to end, as on-call sees it.
 
 1. bring up a small fleet and audit it (healthy GPUs; the predictive warnings of an unhardened fleet);
 2. a weekend of unattended upgrades on gpu-2: the real ``unattended-upgrade`` installs the new kernel,
@@ -10,23 +10,20 @@
 6. ``harden`` on the fleet, then the same weekend again on another host: the kernel is skipped, the GPUs
    stay up; the final audit is clean of critical findings.
 
-Returns 0 when every step showed what it should (the demo checks itself), 1 otherwise.
+The scene returns whether every step showed what it should (the demo checks itself).
 """
 
 from __future__ import annotations
 
-from pathlib import Path
-
 from rich.rule import Rule
 
+from demo import Scene, SceneContext
+from lab.control import Lab
+from lab.faults import inject
 from remediation.audit import AuditOptions, AuditResult, run_audit
 from remediation.diagnose import diagnose, render_text
 from remediation.inventory import load
-from remediation.report.console import console
 from remediation.report.formats import render
-
-from .control import Lab
-from .faults import inject
 
 BROKEN = "gpu-2"
 
@@ -38,10 +35,11 @@ def _audit(lab: Lab) -> AuditResult:
     )
 
 
-def run_demo(lab: Lab, hosts: int, root: Path) -> int:
+def run(ctx: SceneContext) -> bool:
+    lab, hosts, root, console = ctx.lab, ctx.hosts, ctx.root, ctx.console
     ok = True
     console.print(Rule("1. the lab fleet"))
-    from .base import ensure_base
+    from lab.base import ensure_base
 
     running = lab.running_base()
     if running is not None and running != ensure_base(lab.cfg).path:
@@ -118,5 +116,7 @@ def run_demo(lab: Lab, hosts: int, root: Path) -> int:
         f"the lab stays up: `ssh -F {lab.cfg.inventory_path.parent / 'ssh_config'} {BROKEN}`, `invoke audit`,"
         f" `invoke lab.status`, `invoke lab.clear --host {BROKEN}`, `invoke lab.down`"
     )
-    console.print("demo: " + ("every step showed what it should" if ok else "SOMETHING DID NOT SHOW AS EXPECTED"))
-    return 0 if ok else 1
+    return ok
+
+
+SCENE = Scene("s1-driver", "S1: a kernel update takes the NVIDIA driver away; audit, triage, restore, harden", run)

@@ -1,70 +1,13 @@
-"""The finding catalog: every finding ID, its scenario, default severity, remedy and runbook.
-
-Each entry's :class:`Runbook` carries the five sections of the source runbook (RUNBOOK.md: Symptoms →
-Diagnosis → Root cause → Resolution → Prevention), in English, with the commands an on-call engineer runs.
-``remedy`` names what fixes the finding: an Invoke task (``{host}`` is filled in by
-:func:`remediation.findings.make_finding`), a role, or a command.
-
-Scenario choice for hardware/health findings: a GPU that is lost, shows uncorrected ECC errors, Xid events or is
-missing from the bus makes GPU work *fail*, which is what scenario S1 ("GPU work fails") is about, so those
-(GPU-HW-*) are filed under S1 even though the cause is hardware, not the driver. Findings that make GPU work
-*slow* rather than fail (temperature, throttling, persistence mode, memory pressure: GPU-THM-*, GPU-CFG-*,
-GPU-MEM-*) are filed under S5 (inference latency spike).
-
-Also here: :data:`XID_MEANINGS` and :data:`XID_SEVERITY`, the Xid codes of NVIDIA's Xid catalog that are seen in
-the field, with a short meaning (mnemonic in parentheses) and the severity a finding about them gets.
-"""
+"""Findings about one GPU host, from the audit's facts and from field text: the NVIDIA driver and kernel (S1),
+GPU hardware faults that make GPU work fail (filed under S1, see :mod:`remediation.catalog`), and what makes GPU
+work slow (temperature, throttling, configuration, memory pressure: S5)."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
+from remediation.catalog.entry import CatalogEntry, Runbook
 from remediation.findings import Scenario, Severity
 
-__all__ = [
-    "CATALOG",
-    "XID_MEANINGS",
-    "XID_SEVERITY",
-    "CatalogEntry",
-    "Runbook",
-    "get",
-    "xid_meaning",
-    "xid_severity",
-]
-
-
-@dataclass(frozen=True)
-class Runbook:
-    """The runbook's five sections for one finding."""
-
-    symptoms: str
-    diagnosis: str
-    root_cause: str
-    resolution: str
-    prevention: str
-
-    def sections(self) -> tuple[tuple[str, str], ...]:
-        """``(title, text)`` pairs in runbook order, for rendering."""
-        return (
-            ("Symptoms", self.symptoms),
-            ("Diagnosis", self.diagnosis),
-            ("Root cause", self.root_cause),
-            ("Resolution", self.resolution),
-            ("Prevention", self.prevention),
-        )
-
-
-@dataclass(frozen=True)
-class CatalogEntry:
-    """One finding ID and everything known about it before any host is looked at."""
-
-    id: str
-    scenario: Scenario
-    severity: Severity
-    title: str
-    remedy: str
-    runbook: Runbook
-
+__all__ = ["ENTRIES"]
 
 # --- shared runbook text (S1) -------------------------------------------------------------------------------
 
@@ -190,7 +133,7 @@ def _s5(
 _S1, _S5 = Scenario.S1, Scenario.S5
 _C, _W, _I = Severity.CRITICAL, Severity.WARNING, Severity.INFO
 
-_ENTRIES: tuple[CatalogEntry, ...] = (
+ENTRIES: tuple[CatalogEntry, ...] = (
     # --- S1: driver ------------------------------------------------------------------------------------------
     CatalogEntry(
         "GPU-DRV-001",
@@ -547,79 +490,3 @@ _ENTRIES: tuple[CatalogEntry, ...] = (
         ),
     ),
 )
-
-CATALOG: dict[str, CatalogEntry] = {entry.id: entry for entry in _ENTRIES}
-
-
-def get(finding_id: str) -> CatalogEntry:
-    """The catalog entry for ``finding_id``; ``KeyError`` naming the ID when there is none."""
-    try:
-        return CATALOG[finding_id]
-    except KeyError:
-        raise KeyError(f"unknown finding id {finding_id!r}") from None
-
-
-# --- Xid -----------------------------------------------------------------------------------------------------
-# Codes and meanings from NVIDIA's Xid catalog (docs.nvidia.com/deploy/xid-errors) and the driver's nverror.h.
-
-XID_MEANINGS: dict[int, str] = {
-    8: "GPU stopped processing: channel idle timeout (ROBUST_CHANNEL_FIFO_ERROR_IDLE_TIMEOUT)",
-    13: "Graphics engine exception: usually an application error, e.g. out-of-range access (GR_EXCEPTION)",
-    31: "GPU memory page fault: usually an application error, illegal address (FIFO_ERROR_MMU_ERR_FLT)",
-    32: "Invalid or corrupted push buffer stream (PBDMA_ERROR)",
-    38: "Driver firmware error (FECS_ERROR)",
-    43: "GPU stopped processing: application fault, channel reset (RESETCHANNEL_VERIF_ERROR)",
-    44: "Graphics engine fault during context switch (GR_FAULT_DURING_CTXSW)",
-    45: "Preemptive cleanup after previous errors or an application killed (PREEMPTIVE_REMOVAL)",
-    48: "Double-bit (uncorrectable) ECC error (GPU_ECC_DBE)",
-    56: "Display engine error (DISP_MISSED_NOTIFIER)",
-    57: "Error programming video memory interface (VIDMEM_ERROR)",
-    58: "Unstable video memory interface detected (FB_MEMORY_ERROR)",
-    61: "Internal micro-controller breakpoint/warning (PMU_BREAKPOINT)",
-    62: "Internal micro-controller halt (PMU_HALT_ERROR)",
-    63: "ECC page retirement or row remapping recording event (INFOROM_PAGE_RETIREMENT_EVENT)",
-    64: "ECC page retirement or row remapper recording failure (INFOROM_PAGE_RETIREMENT_FAILURE)",
-    68: "Video processor (NVDEC) exception (NVDEC0_ERROR)",
-    69: "Graphics engine class error (GR_CLASS_ERROR)",
-    73: "Video encoder (NVENC2) error (NVENC2_ERROR)",
-    74: "NVLink error (NVLINK_ERROR)",
-    79: "GPU has fallen off the bus (GPU_HAS_FALLEN_OFF_THE_BUS)",
-    92: "High single-bit ECC error rate (EXCESSIVE_SBE_INTERRUPTS)",
-    94: "Contained ECC error: the application hit uncorrectable memory, other work unaffected (CONTAINED_ERROR)",
-    95: "Uncontained ECC error: all work on the GPU affected, GPU reset required (UNCONTAINED_ERROR)",
-    109: "Context switch timeout (CTXSW_TIMEOUT_ERROR)",
-    110: "Security fault (SEC_FAULT_ERROR)",
-    119: "GSP RPC timeout: the GPU System Processor did not answer (GSP_RPC_TIMEOUT)",
-    120: "GSP error (GSP_ERROR)",
-    121: "C2C link corrected error (C2C_ERROR)",
-    136: "NVLink link training failure (ALI_TRAINING_FAIL)",
-    137: "NVLink FLA privilege error (NVLINK_FLA_PRIV_ERR)",
-    140: "Unrecovered ECC error escaped page retirement / row remapping (UNRECOVERABLE_ECC_ERROR_ESCAPE)",
-    143: "GPU initialization error (GPU_INIT_ERROR)",
-    144: "NVLink SAW error (NVLINK_SAW_ERROR)",
-    145: "NVLink RLW error (NVLINK_RLW_ERROR)",
-    146: "NVLink TLW error (NVLINK_TLW_ERROR)",
-    147: "NVLink TREX error (NVLINK_TREX_ERROR)",
-    148: "NVLink NVLPW control error (NVLINK_NVLPW_CTRL_ERROR)",
-    149: "NVLink NETIR error (NVLINK_NETIR_ERROR)",
-    150: "NVLink MSE error (NVLINK_MSE_ERROR)",
-    154: "GPU recovery action changed: says which recovery the other Xids need (GPU_RECOVERY_ACTION_CHANGED)",
-}
-
-# Critical: the GPU (or its memory, bus, firmware) is in a state that needs a reset, a reboot or new hardware.
-# Warning: usually an application fault (13, 31, 43, 45, 69...) or a condition to watch.
-_XID_CRITICAL = frozenset({48, 62, 63, 64, 74, 79, 92, 94, 95, 119, 120, 136, 140, 143, *range(144, 151)})
-
-XID_SEVERITY: dict[int, Severity] = {
-    code: (Severity.CRITICAL if code in _XID_CRITICAL else Severity.WARNING) for code in XID_MEANINGS
-}
-
-
-def xid_meaning(code: int) -> str:
-    """A short meaning for Xid ``code``; a generic line for codes not in :data:`XID_MEANINGS`."""
-    return XID_MEANINGS.get(code, f"Xid {code}: not in this catalog; see NVIDIA's Xid catalog")
-
-
-def xid_severity(code: int) -> Severity:
-    """The severity of a finding about Xid ``code`` (warning for codes not in the table)."""
-    return XID_SEVERITY.get(code, Severity.WARNING)

@@ -1,0 +1,86 @@
+"""``invoke lab.*``: the simulated GPU fleet the tests, the demo and game days run on."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from invoke import Collection, task
+
+from commands import ROOT, edge
+
+FAULTS = (
+    "kernel-upgrade",
+    "driver-mismatch",
+    "thermal",
+    "ecc",
+    "xid-79",
+    "gpu-missing",
+    "memory-full",
+    "unreachable",
+    "apt-lock",
+    "hang",
+)
+
+
+def the_lab(c: Any) -> Any:
+    """The lab of this checkout, from ``lab:`` in the config."""
+    from lab.config import LabConfig
+    from lab.control import Lab
+
+    return Lab(LabConfig.from_mapping(c.config.get("lab", {}), root=ROOT))
+
+
+@task(help={"hosts": "number of hosts, gpu-1 .. gpu-N (1-200)"})
+@edge
+def up(c, hosts=3):  # type: ignore[no-untyped-def]
+    """Start the simulated GPU fleet (builds and caches the base image on first use)."""
+    from remediation.report.console import print_lab_up
+
+    result = the_lab(c).up(int(hosts))
+    print_lab_up(result)
+
+
+@task(help={"purge": "also delete the hosts' disks, keys and the lab inventory (the base cache stays)"})
+@edge
+def down(c, purge=False):  # type: ignore[no-untyped-def]
+    """Stop every lab host and the supervisor; no process or mount is left behind."""
+    stopped = the_lab(c).down(purge=purge)
+    print(f"stopped {len(stopped)} host(s)" + (": " + ", ".join(stopped) if stopped else ""))
+
+
+@task(name="status")
+@edge
+def lab_status(c):  # type: ignore[no-untyped-def]
+    """Show each lab host: state, SSH, booted kernel, boot id, faults."""
+    from remediation.report.console import print_lab_status
+
+    print_lab_status(the_lab(c).status())
+
+
+@task(help={"host": "lab host to reboot, e.g. gpu-2", "no_wait": "return without waiting for SSH to come back"})
+@edge
+def reboot(c, host, no_wait=False):  # type: ignore[no-untyped-def]
+    """Reboot one lab host (only that host: it is a namespace, never the machine)."""
+    boot_id = the_lab(c).reboot(host, wait=not no_wait)
+    print(f"{host} rebooted" + (f" (boot id {boot_id})" if boot_id else ""))
+
+
+@task(help={"host": "lab host, e.g. gpu-2", "fault": "one of: " + ", ".join(FAULTS)})
+@edge
+def fault(c, host, fault):  # type: ignore[no-untyped-def]
+    """Give a lab host a fault with the symptoms a real GPU VM shows."""
+    from lab.faults import inject
+
+    result = inject(the_lab(c), host, fault)
+    print(f"{result.host}: {result.fault}: {result.detail}")
+
+
+@task(help={"host": "lab host to return to its freshly built state"})
+@edge
+def clear(c, host):  # type: ignore[no-untyped-def]
+    """Undo every fault on a lab host (the host is rebuilt from the base; its address and keys stay)."""
+    the_lab(c).clear(host)
+    print(f"{host}: cleared")
+
+
+ns: Any = Collection("lab", up, down, lab_status, reboot, fault, clear)

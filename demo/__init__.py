@@ -1,0 +1,86 @@
+"""``invoke demo``: the product's face, one scene per capability, each checking itself.
+
+A scene shows one runbook scenario the way on-call meets it, offline: on lab hosts, against the local service
+stand-ins the tests also use, or on recorded snapshots. Each scene returns whether every step showed what it
+should; the demo prints a summary and exits 1 when a scene did not. Scenes run in :data:`SCENES` order;
+``invoke demo --scene NAME`` runs some of them. A capability adds its scene as ``demo/<name>.py`` with a
+:class:`Scene` called ``SCENE`` and one line in :data:`SCENE_MODULES`.
+"""
+
+from __future__ import annotations
+
+import importlib
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from rich.rule import Rule
+from rich.table import Table
+
+from remediation.errors import UsageError
+from remediation.report.console import console
+
+if TYPE_CHECKING:
+    from rich.console import Console
+
+    from lab.control import Lab
+
+__all__ = ["SCENE_MODULES", "Scene", "SceneContext", "run_demo", "scenes"]
+
+
+@dataclass(frozen=True)
+class SceneContext:
+    """What a scene gets: where to print, the project root, the lab (started by the scene that needs it)."""
+
+    console: Console
+    root: Path
+    lab: Lab
+    hosts: int
+
+
+@dataclass(frozen=True)
+class Scene:
+    name: str  # what --scene takes
+    title: str  # one line: the scenario and what the scene shows
+    run: Callable[[SceneContext], bool]
+
+
+#: Scene modules in the order the demo plays them.
+SCENE_MODULES: tuple[str, ...] = ("demo.s1_driver",)
+
+
+def scenes() -> list[Scene]:
+    """Every scene, in order."""
+    return [importlib.import_module(name).SCENE for name in SCENE_MODULES]
+
+
+def run_demo(lab: Lab, hosts: int, root: Path, only: Sequence[str] = ()) -> int:
+    """Play the scenes (all, or those named in ``only``); 0 when every one showed what it should, else 1."""
+    available = scenes()
+    names = [s.name for s in available]
+    unknown = [n for n in only if n not in names]
+    if unknown:
+        raise UsageError(f"--scene {unknown[0]!r} is not a demo scene; scenes: {', '.join(names)}")
+    chosen = [s for s in available if not only or s.name in only]
+    ctx = SceneContext(console=console, root=root, lab=lab, hosts=hosts)
+    results: list[tuple[Scene, bool, float]] = []
+    for scene in chosen:
+        console.print(Rule(f"[bold]{scene.name}[/bold]: {scene.title}", style="cyan"))
+        start = time.monotonic()
+        try:
+            ok = scene.run(ctx)
+        except Exception as exc:  # a scene that crashes is a failed scene; the others still play
+            console.print(f"scene {scene.name} stopped: {type(exc).__name__}: {exc}", markup=False)
+            ok = False
+        results.append((scene, ok, time.monotonic() - start))
+    table = Table(title="demo")
+    for col in ("scene", "what it shows", "result", "seconds"):
+        table.add_column(col)
+    for scene, ok, seconds in results:
+        table.add_row(scene.name, scene.title, "ok" if ok else "[red]DID NOT SHOW AS EXPECTED[/red]", f"{seconds:.0f}")
+    console.print(table)
+    failed = [scene.name for scene, ok, _ in results if not ok]
+    console.print("demo: " + ("every scene showed what it should" if not failed else f"FAILED: {', '.join(failed)}"))
+    return 1 if failed else 0

@@ -1,0 +1,170 @@
+"""The one typed config layer: each section of ``invoke.yaml`` is a frozen dataclass.
+
+Invoke merges, lowest first: the defaults that ``tasks.py`` registers with ``ns.configure`` (built here from the
+dataclasses' own defaults, so a default is written once), the project's ``invoke.yaml``, the user's and system
+config files, ``INVOKE_*`` variables. A task flag wins over all of them. The task edge turns the merged mapping of
+a section into its dataclass with :func:`load_section`; the library only ever sees the dataclass, never Invoke's
+context.
+
+A section that is not right fails with one line that names the setting and the fix (an unknown key lists the known
+ones; a value of the wrong type says which type). Each area keeps its own settings class in its own package
+(``remediation.<area>``) and passes it to :func:`load_section` and :func:`defaults` the same way.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import types
+import typing
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, TypeVar
+
+from remediation.errors import UsageError
+
+__all__ = [
+    "AuditSettings",
+    "FleetSpec",
+    "RestoreSettings",
+    "defaults",
+    "fleets_from_mapping",
+    "load_section",
+]
+
+T = TypeVar("T")
+
+_TRUE = {"1", "true", "yes", "on"}
+_FALSE = {"0", "false", "no", "off"}
+
+
+def _coerce(value: Any, kind: Any, where: str) -> Any:
+    """``value`` as ``kind`` (int, float, str, bool, Path, ``X | None``, ``tuple[X, ...]``, ``dict[str, X]``)."""
+    origin = typing.get_origin(kind)
+    if origin in (types.UnionType, typing.Union):
+        options = [a for a in typing.get_args(kind) if a is not type(None)]
+        if value is None:
+            return None
+        return _coerce(value, options[0], where)
+    if origin is tuple:
+        (item, *_rest) = typing.get_args(kind)
+        if isinstance(value, str):
+            value = [part.strip() for part in value.split(",") if part.strip()]
+        if not isinstance(value, list | tuple):
+            raise UsageError(f"{where} must be a list, got {value!r}")
+        return tuple(_coerce(v, item, where) for v in value)
+    if origin is dict:
+        if not isinstance(value, Mapping):
+            raise UsageError(f"{where} must be a mapping, got {value!r}")
+        return dict(value)
+    if kind is bool:
+        if isinstance(value, bool):
+            return value
+        text = str(value).strip().lower()
+        if text in _TRUE | _FALSE:
+            return text in _TRUE
+        raise UsageError(f"{where} must be true or false, got {value!r}")
+    if kind in (int, float):
+        if isinstance(value, bool):
+            raise UsageError(f"{where} must be a number, got {value!r}")
+        try:
+            return kind(value)
+        except (TypeError, ValueError):
+            raise UsageError(f"{where} must be a number, got {value!r}") from None
+    if kind is str:
+        if isinstance(value, Mapping | list):
+            raise UsageError(f"{where} must be a string, got {value!r}")
+        return str(value)
+    if kind is Path:
+        return Path(str(value))
+    return value
+
+
+def load_section(cls: type[T], data: Mapping[str, Any] | None, name: str) -> T:
+    """The ``name:`` section of the config as ``cls`` (a dataclass); missing keys take the dataclass defaults.
+
+    Raises :class:`~remediation.errors.UsageError` naming ``name.key`` for an unknown key or a value of the wrong
+    type.
+    """
+    data = dict(data or {})
+    hints = typing.get_type_hints(cls)
+    fields = {f.name: f for f in dataclasses.fields(cls)}  # type: ignore[arg-type]
+    unknown = sorted(set(data) - set(fields))
+    if unknown:
+        raise UsageError(
+            f"unknown setting {name}.{unknown[0]} in invoke.yaml; known {name} settings: {', '.join(sorted(fields))}"
+        )
+    values = {key: _coerce(value, hints[key], f"setting {name}.{key}") for key, value in data.items()}
+    return cls(**values)
+
+
+def defaults(cls: type[Any]) -> dict[str, Any]:
+    """The dataclass's defaults as a plain mapping, for ``ns.configure`` (paths and tuples made YAML-like)."""
+    out: dict[str, Any] = {}
+    for f in dataclasses.fields(cls):
+        if f.default is not dataclasses.MISSING:
+            value = f.default
+        elif f.default_factory is not dataclasses.MISSING:
+            value = f.default_factory()
+        else:
+            continue
+        if isinstance(value, Path):
+            value = str(value)
+        elif isinstance(value, tuple):
+            value = list(value)
+        out[f.name] = value
+    return out
+
+
+@dataclass(frozen=True)
+class FleetSpec:
+    """One entry of ``fleets:``: where its inventory is and which group in it is the fleet."""
+
+    name: str
+    inventory: str = "inventories/lab/hosts.yml"
+    group: str = ""
+
+    @property
+    def group_name(self) -> str:
+        return self.group or self.name
+
+
+def fleets_from_mapping(data: Mapping[str, Any] | None) -> dict[str, FleetSpec]:
+    """``fleets:`` as ``{name: FleetSpec}``."""
+    out: dict[str, FleetSpec] = {}
+    for name, spec in dict(data or {}).items():
+        if not isinstance(spec, Mapping):
+            raise UsageError(f"setting fleets.{name} must be a mapping with inventory: and group:")
+        fleet = load_section(FleetSpec, {"name": name, **spec}, f"fleets.{name}")
+        out[name] = fleet
+    return out
+
+
+@dataclass(frozen=True)
+class AuditSettings:
+    """``audit:``: the fan-out and the thresholds of the checks."""
+
+    concurrency: int = 32
+    connect_timeout: float = 10.0
+    timeout: float = 60.0  # seconds for the whole probe on one host
+    nvml_timeout: float = 10.0  # seconds for NVML inside the probe
+    fail_on: str = "critical"
+    unreachable_exit: int = 3
+    temp_alert_c: int = 78
+    memory_full_pct: float = 95.0
+    history_dir: str = ".audit"
+    expected_driver_version: str | None = None
+
+
+@dataclass(frozen=True)
+class RestoreSettings:
+    """``driver_restore:``: defaults of ``invoke driver-restore`` (every one also a flag)."""
+
+    method: str = "auto"
+    prefer: str = "rebuild"
+    batch: int = 1
+    max_failures: int = 1
+    reboot_timeout: int = 600
+    apt_lock_timeout: int = 60
+    state_dir: str = ""  # default: audit.history_dir
+    lock_ttl_s: float = 6 * 3600.0
