@@ -52,8 +52,9 @@ def render(c, template, values=None, set=None, kube_version=None, out=None):  # 
     cfg = _k8s(c)
     data = load_values(values) if values else {}
     data = apply_sets(data, list(set or ()))
-    result = run(template, data, ROOT / cfg.templates_dir, str(kube_version or cfg.kubernetes_version),
-                 source=values or "--set")
+    result = run(
+        template, data, ROOT / cfg.templates_dir, str(kube_version or cfg.kubernetes_version), source=values or "--set"
+    )
     _write(result.yaml, out, f"{template} manifests")
 
 
@@ -76,8 +77,19 @@ def render(c, template, values=None, set=None, kube_version=None, out=None):  # 
 )
 @edge
 def diagnose_pending(  # type: ignore[no-untyped-def]
-    c, events=None, snapshot=None, pod=None, namespace="default", kubeconfig=None, context=None, pools=None,
-    usages=None, cluster="CLUSTER", resource_group="RESOURCE_GROUP", location="", format="text",
+    c,
+    events=None,
+    snapshot=None,
+    pod=None,
+    namespace="default",
+    kubeconfig=None,
+    context=None,
+    pools=None,
+    usages=None,
+    cluster="CLUSTER",
+    resource_group="RESOURCE_GROUP",
+    location="",
+    format="text",
 ):
     """Why a GPU pod is Pending: constraint, capacity or node state, with the patch. Exit 1 when blocked.
 
@@ -107,12 +119,24 @@ def diagnose_pending(  # type: ignore[no-untyped-def]
         state = fetch_snapshot(pod, namespace, kubeconfig or cfg.kubeconfig, context or cfg.context, cfg.api_timeout)
     pools_path = Path(pools) if pools else (Path(snapshot) / "pools.json" if snapshot else None)
     usages_path = Path(usages) if usages else (Path(snapshot) / "usages.json" if snapshot else None)
-    pool_list = pools_from_dict(load_json(pools_path), str(pools_path)) if pools_path and (
-        pools or pools_path.exists()) else ()
-    usage_list = usages_from_dict(load_json(usages_path), str(usages_path)) if usages_path and (
-        usages or usages_path.exists()) else ()
-    result = run(text, state, pool_list, usage_list, gpu_resource=cfg.gpu_resource, cluster=cluster,
-                 resource_group=resource_group, location=location)
+    pool_list = (
+        pools_from_dict(load_json(pools_path), str(pools_path)) if pools_path and (pools or pools_path.exists()) else ()
+    )
+    usage_list = (
+        usages_from_dict(load_json(usages_path), str(usages_path))
+        if usages_path and (usages or usages_path.exists())
+        else ()
+    )
+    result = run(
+        text,
+        state,
+        pool_list,
+        usage_list,
+        gpu_resource=cfg.gpu_resource,
+        cluster=cluster,
+        resource_group=resource_group,
+        location=location,
+    )
     if format == "json":
         print(pending_json(result))
     else:
@@ -152,8 +176,15 @@ def diagnose_latency(c, snapshot, facts=None, logs=None, metrics=None, format="t
     facts_doc = load_json(facts_path) if facts or facts_path.exists() else None
     metrics_path = Path(metrics) if metrics else root / "metrics.prom"
     metrics_text = read_text(metrics_path) if metrics or metrics_path.exists() else ""
-    result = run(state, log_text, facts_doc, metrics_text, slow_load_s=cfg.slow_load_s,
-                 cpu_throttle_ratio=cfg.cpu_throttle_ratio, temp_alert_c=cfg.gpu_temp_alert_c)
+    result = run(
+        state,
+        log_text,
+        facts_doc,
+        metrics_text,
+        slow_load_s=cfg.slow_load_s,
+        cpu_throttle_ratio=cfg.cpu_throttle_ratio,
+        temp_alert_c=cfg.gpu_temp_alert_c,
+    )
     if format == "json":
         print(latency_json(result))
     else:

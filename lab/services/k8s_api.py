@@ -89,7 +89,7 @@ class FakeKubeApi:
     @property
     def url(self) -> str:
         host, port = self._server.server_address[:2]
-        return f"http://{host}:{port}"
+        return f"http://{host!s}:{port}"
 
     def start(self) -> FakeKubeApi:
         self._thread = threading.Thread(target=self._server.serve_forever, kwargs={"poll_interval": 0.1}, daemon=True)
@@ -133,10 +133,18 @@ class FakeKubeApi:
         if path == "/api/v1/pods":
             return 200, self._list("Pod", [p for p in self.pods if _matches(p, terms)])
         if m := _POD.match(path):
-            found = next((p for p in self.pods if _field(p, "metadata.namespace") == m["ns"]
-                          and _field(p, "metadata.name") == m["name"]), None)
+            found = next(
+                (
+                    p
+                    for p in self.pods
+                    if _field(p, "metadata.namespace") == m["ns"] and _field(p, "metadata.name") == m["name"]
+                ),
+                None,
+            )
             if found is None:
-                return 404, _status(404, "NotFound", f'pods "{m["name"]}" not found', {"name": m["name"], "kind": "pods"})
+                return 404, _status(
+                    404, "NotFound", f'pods "{m["name"]}" not found', {"name": m["name"], "kind": "pods"}
+                )
             return 200, found
         if m := _PODS_NS.match(path):
             items = [p for p in self.pods if _field(p, "metadata.namespace") == m["ns"] and _matches(p, terms)]
@@ -163,7 +171,7 @@ class FakeKubeApi:
                 self.wfile.write(data)
                 self.close_connection = True
 
-            do_GET = do_POST = do_PUT = do_PATCH = do_DELETE = _reply  # noqa: N815 - http.server's names
+            do_GET = do_POST = do_PUT = do_PATCH = do_DELETE = _reply
 
             def log_message(self, format: str, *args: Any) -> None:
                 pass  # the request log is api.requests
@@ -172,8 +180,15 @@ class FakeKubeApi:
 
 
 def _status(code: int, reason: str, message: str, details: dict[str, Any] | None = None) -> dict[str, Any]:
-    body: dict[str, Any] = {"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
-                            "message": message, "reason": reason, "code": code}
+    body: dict[str, Any] = {
+        "kind": "Status",
+        "apiVersion": "v1",
+        "metadata": {},
+        "status": "Failure",
+        "message": message,
+        "reason": reason,
+        "code": code,
+    }
     if details:
         body["details"] = details
     return body
@@ -186,8 +201,9 @@ def kubeconfig(api: FakeKubeApi, path: Path, context: str = "lab", namespace: st
         "kind": "Config",
         "clusters": [{"name": context, "cluster": {"server": api.url}}],
         "users": [{"name": f"{context}-user", "user": {"token": api.token}}],
-        "contexts": [{"name": context, "context": {"cluster": context, "user": f"{context}-user",
-                                                    "namespace": namespace}}],
+        "contexts": [
+            {"name": context, "context": {"cluster": context, "user": f"{context}-user", "namespace": namespace}}
+        ],
         "current-context": context,
     }
     path.write_text(yaml.safe_dump(doc, sort_keys=False))

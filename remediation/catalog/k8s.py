@@ -66,9 +66,7 @@ def _s3(**overrides: str) -> Runbook:
 
 # --- S5: inference latency spike ---------------------------------------------------------------------------------
 
-_S5_SYMPTOMS = (
-    'P99 latency jumps from 200 ms to 3 s with no deployment and no configuration change: "the AI is slow".'
-)
+_S5_SYMPTOMS = 'P99 latency jumps from 200 ms to 3 s with no deployment and no configuration change: "the AI is slow".'
 _S5_DIAGNOSIS = (
     "- `nvidia-smi --query-gpu=utilization.gpu,utilization.memory,temperature.gpu --format=csv -l 2`\n"
     "- `kubectl get pods -n inference -w`; `kubectl describe pod model-serve-abc -n inference | grep -A 5 "
@@ -290,8 +288,6 @@ ENTRIES: tuple[CatalogEntry, ...] = (
         "Model server container restarting (errors, liveness kills)",
         "read `kubectl logs POD --previous`; size the startup probe for the load so liveness does not kill it "
         "(inference values `startup.maxLoadSeconds`)",
-        _s5(
-            root_cause="The container exits or is killed by its liveness probe; each restart reloads the model."
-        ),
+        _s5(root_cause="The container exits or is killed by its liveness probe; each restart reloads the model."),
     ),
 )

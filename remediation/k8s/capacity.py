@@ -97,7 +97,7 @@ def _entries(doc: Any, what: str, source: str) -> list[Mapping[str, Any]]:
     elif isinstance(doc, list):
         items = doc
     else:
-        raise SnapshotError(f"{source}: expected {what} as ARM returns it: {{\"value\": [...]}}")
+        raise SnapshotError(f'{source}: expected {what} as ARM returns it: {{"value": [...]}}')
     return [item for item in items if isinstance(item, Mapping)]
 
 
@@ -235,7 +235,9 @@ def advise(
             )
             raise_.append("quota")
         else:
-            lines.append(f"family {usage.name} quota: {usage.current} of {usage.limit} vCPUs used, {needed} needed: fits")
+            lines.append(
+                f"family {usage.name} quota: {usage.current} of {usage.limit} vCPUs used, {needed} needed: fits"
+            )
     elif family and usages:
         lines.append(f"no usage entry for family {family} in the usages file")
     if regional is not None and needed is not None and regional.current + needed > regional.limit:

@@ -118,8 +118,12 @@ def _resources(pod: Pod, node: Node, node_pods: Sequence[Pod]) -> list[Failure]:
     max_pods = node.allocatable.get("pods")
     if max_pods is not None and len(node_pods) + 1 > max_pods:
         out.append(
-            Failure("NodeResourcesFit", "too_many_pods", f"Too many pods: {len(node_pods)} of {int(max_pods)} running",
-                    resource="pods")
+            Failure(
+                "NodeResourcesFit",
+                "too_many_pods",
+                f"Too many pods: {len(node_pods)} of {int(max_pods)} running",
+                resource="pods",
+            )
         )
     for name in sorted(wanted):
         need = wanted[name]
@@ -134,15 +138,18 @@ def _resources(pod: Pod, node: Node, node_pods: Sequence[Pod]) -> list[Failure]:
                 "ephemeral-storage": "insufficient_ephemeral_storage",
             }.get(name)
             if label is None:
-                label = "insufficient_gpu" if name.endswith("/gpu") or name.startswith("nvidia.com/mig-") else (
-                    "insufficient_extended"
+                label = (
+                    "insufficient_gpu"
+                    if name.endswith("/gpu") or name.startswith("nvidia.com/mig-")
+                    else ("insufficient_extended")
                 )
             out.append(
                 Failure(
                     "NodeResourcesFit",
                     label,
                     f"Insufficient {name}: requests {format_quantity(need, name)}, "
-                    f"{format_quantity(max(free, Decimal(0)), name)} free of {format_quantity(alloc, name)} allocatable",
+                    f"{format_quantity(max(free, Decimal(0)), name)} free "
+                    f"of {format_quantity(alloc, name)} allocatable",
                     resource=name,
                 )
             )
@@ -176,7 +183,7 @@ def evaluate(pod: Pod, nodes: Sequence[Node], pods: Sequence[Pod] = ()) -> tuple
     """``pod`` against every node; ``pods`` are the cluster's pods (those bound to each node count as its load)."""
     by_node: dict[str, list[Pod]] = {}
     for other in pods:
-        same = other.key == pod.key or bool(pod.uid) and other.uid == pod.uid
+        same = other.key == pod.key or (bool(pod.uid) and other.uid == pod.uid)
         if other.node_name and not other.terminated and not same:
             by_node.setdefault(other.node_name, []).append(other)
     return tuple(evaluate_node(pod, node, by_node.get(node.name, [])) for node in nodes)

@@ -34,8 +34,15 @@ _FS_MARKERS = (
     (re.compile(r"\d+\s*/\s*\d+\s+nodes?\s+(?:are|is)\s+available", _I), 10, 3),
     (re.compile(r"no nodes are available that match all of the|fit failure summary on nodes", _I), 10, 2),
     (re.compile(r"pod didn'?t trigger scale-?up|scale-?up failed for group", _I), 8, 2),
-    (re.compile(r"untolerated taint|that the pod didn'?t tolerate|node affinity/selector|preemption victims"
-                r"|preemption is not helpful|insufficient nvidia\.com/gpu|max node group size", _I), 3, 3),
+    (
+        re.compile(
+            r"untolerated taint|that the pod didn'?t tolerate|node affinity/selector|preemption victims"
+            r"|preemption is not helpful|insufficient nvidia\.com/gpu|max node group size",
+            _I,
+        ),
+        3,
+        3,
+    ),
 )
 _EVENT_MARKERS = (
     (re.compile(r"\bFailedScheduling\b"), 12, 2),
@@ -88,9 +95,30 @@ def _parse_events(text: str) -> object:
     return parse_events(text)
 
 
-register(KindSpec("failed-scheduling", failed_scheduling_score, _parse_events,
-                  "kube-scheduler FailedScheduling / cluster-autoscaler message", diagnose=_pending))
-register(KindSpec("k8s-events", events_score, _parse_events,
-                  "kubectl describe pod / get events output (Pending pods)", diagnose=_pending))
-register(KindSpec("model-load", modelload.score, modelload.parse,
-                  "model server log (vLLM, TGI, Triton, TorchServe, Ollama): model load time", diagnose=_model_load))
+register(
+    KindSpec(
+        "failed-scheduling",
+        failed_scheduling_score,
+        _parse_events,
+        "kube-scheduler FailedScheduling / cluster-autoscaler message",
+        diagnose=_pending,
+    )
+)
+register(
+    KindSpec(
+        "k8s-events",
+        events_score,
+        _parse_events,
+        "kubectl describe pod / get events output (Pending pods)",
+        diagnose=_pending,
+    )
+)
+register(
+    KindSpec(
+        "model-load",
+        modelload.score,
+        modelload.parse,
+        "model server log (vLLM, TGI, Triton, TorchServe, Ollama): model load time",
+        diagnose=_model_load,
+    )
+)

@@ -10,10 +10,11 @@ Decisions:
 
 - A restart's cause is its container's ``lastState.terminated.reason``: ``OOMKilled`` -> K8S-LAT-001; anything
   else (``Error``, exit codes, liveness kills seen in the events) -> K8S-LAT-006.
-- A replaced pod (K8S-LAT-002): ``status.reason: Evicted``, the ``DisruptionTarget`` condition (``EvictionByEvictionAPI``
-  = drain or eviction API, ``PreemptionByScheduler``, ``DeletionByTaintManager``, ``TerminationByKubelet``), and events
-  about the pod or its siblings (same ``generateName``) or its node: ``Evicted``, ``Preempted``/``Preempting``,
-  ``TaintManagerEviction``, ``NodeNotSchedulable`` (a drain's cordon), a preempt/eviction notice on a spot node.
+- A replaced pod (K8S-LAT-002): ``status.reason: Evicted``, the ``DisruptionTarget`` condition
+  (``EvictionByEvictionAPI`` = drain or eviction API, ``PreemptionByScheduler``, ``DeletionByTaintManager``,
+  ``TerminationByKubelet``), and events about the pod or its siblings (same ``generateName``) or its node:
+  ``Evicted``, ``Preempted``/``Preempting``, ``TaintManagerEviction``, ``NodeNotSchedulable`` (a drain's
+  cordon), a preempt/eviction notice on a spot node.
 - Model load (K8S-LAT-003) from the logs (:mod:`remediation.k8s.modelload`), at or above ``slow_load_s``.
 - Probes (K8S-LAT-004): the serving container has no readiness probe, or only a TCP one; or a liveness probe whose
   budget (initial delay + period x failures) is shorter than the measured load and no startup probe.
@@ -63,12 +64,14 @@ def load_findings(load: ModelLoad, slow_load_s: float = 60.0) -> list[Finding]:
         return []
     server = load.server or "model server"
     model = f" {load.model}" if load.model else ""
-    return [make_finding(
-        "K8S-LAT-003",
-        f"{server} loads{model} in {load.load_seconds:.1f} s: every (re)start is a {load.load_seconds:.0f} s "
-        "latency hole",
-        load.evidence[-5:],
-    )]
+    return [
+        make_finding(
+            "K8S-LAT-003",
+            f"{server} loads{model} in {load.load_seconds:.1f} s: every (re)start is a {load.load_seconds:.0f} s "
+            "latency hole",
+            load.evidence[-5:],
+        )
+    ]
 
 
 @dataclass(frozen=True)
@@ -156,8 +159,11 @@ def cpu_throttling(metrics: str) -> dict[str, float]:
 
 def _server_container(pod: Pod) -> tuple[Container | None, Mapping[str, Any]]:
     spec = pod.raw.get("spec", {}) if isinstance(pod.raw.get("spec"), Mapping) else {}
-    raws = [c for c in spec.get("containers", []) if isinstance(c, Mapping)] if isinstance(
-        spec.get("containers"), list) else []
+    raws = (
+        [c for c in spec.get("containers", []) if isinstance(c, Mapping)]
+        if isinstance(spec.get("containers"), list)
+        else []
+    )
     for container, raw in zip(pod.containers, raws, strict=False):
         if any("gpu" in name for name in container.effective_requests()):
             return container, raw
@@ -174,9 +180,10 @@ def _restarts(pod: Pod) -> list[Restart]:
 
 def _related(pod: Pod, event: Event) -> bool:
     meta = pod.raw.get("metadata", {}) if isinstance(pod.raw.get("metadata"), Mapping) else {}
-    prefix = meta.get("generateName") if isinstance(meta.get("generateName"), str) else ""
+    raw_prefix = meta.get("generateName")
+    prefix = raw_prefix if isinstance(raw_prefix, str) else ""
     if event.kind in ("Pod", ""):
-        return event.name == pod.name or bool(prefix) and event.name.startswith(prefix)
+        return event.name == pod.name or (bool(prefix) and event.name.startswith(prefix))
     return event.kind == "Node" and event.name == pod.node_name
 
 
@@ -286,40 +293,58 @@ def diagnose_latency(
     max_load = max(300, math.ceil((load_s or 0) * 1.5 / 60) * 60)
 
     restarts = _restarts(pod)
-    probe_kills = [e for e in snapshot.events if _related(pod, e) and e.reason in ("Unhealthy", "Killing")
-                   and "liveness" in e.message.lower()]
+    probe_kills = [
+        e
+        for e in snapshot.events
+        if _related(pod, e) and e.reason in ("Unhealthy", "Killing") and "liveness" in e.message.lower()
+    ]
     oom = [r for r in restarts if r.reason == "OOMKilled"]
     if oom:
-        findings.append(make_finding(
-            "K8S-LAT-001",
-            ", ".join(f"container {r.container} restarted {r.count}x, last OOMKilled" for r in oom)
-            + (f"; each restart reloads the model ({load_s:.0f} s)" if load_s else ""),
-            [f"{r.container}: restartCount {r.count}, lastState terminated OOMKilled (exit {r.exit_code}) at "
-             f"{r.finished or '?'}" for r in oom],
-        ))
+        findings.append(
+            make_finding(
+                "K8S-LAT-001",
+                ", ".join(f"container {r.container} restarted {r.count}x, last OOMKilled" for r in oom)
+                + (f"; each restart reloads the model ({load_s:.0f} s)" if load_s else ""),
+                [
+                    f"{r.container}: restartCount {r.count}, lastState terminated OOMKilled (exit {r.exit_code}) at "
+                    f"{r.finished or '?'}"
+                    for r in oom
+                ],
+            )
+        )
         fixes.append(("K8S-LAT-001", _values({"resources": {"memory": _memory_fix(container)}})))
     other = [r for r in restarts if r.reason != "OOMKilled"]
     if other or probe_kills:
-        parts = [f"container {r.container} restarted {r.count}x, last {r.reason}"
-                 + (f" (exit {r.exit_code})" if r.exit_code is not None else "") for r in other]
+        parts = [
+            f"container {r.container} restarted {r.count}x, last {r.reason}"
+            + (f" (exit {r.exit_code})" if r.exit_code is not None else "")
+            for r in other
+        ]
         if probe_kills:
             parts.append(f"liveness probe killed it {sum(e.count for e in probe_kills)}x")
-        findings.append(make_finding(
-            "K8S-LAT-006", "; ".join(parts),
-            [*(f"{r.container}: restartCount {r.count}, last {r.reason} exit {r.exit_code}" for r in other),
-             *(f"{e.reason}: {e.message}" for e in probe_kills)],
-        ))
+        findings.append(
+            make_finding(
+                "K8S-LAT-006",
+                "; ".join(parts),
+                [
+                    *(f"{r.container}: restartCount {r.count}, last {r.reason} exit {r.exit_code}" for r in other),
+                    *(f"{e.reason}: {e.message}" for e in probe_kills),
+                ],
+            )
+        )
         fixes.append(("K8S-LAT-006", _values({"startup": {"maxLoadSeconds": max_load}})))
 
     disruptions = _disruptions(pod, snapshot.events, bool(node and node.spot))
     if disruptions:
         kinds = ", ".join(dict.fromkeys(d.kind for d in disruptions))
-        findings.append(make_finding(
-            "K8S-LAT-002",
-            f"pod {pod.key} was replaced or moved ({kinds}): the new pod reloads the model"
-            + (f" ({load_s:.0f} s)" if load_s else ""),
-            [d.detail for d in disruptions],
-        ))
+        findings.append(
+            make_finding(
+                "K8S-LAT-002",
+                f"pod {pod.key} was replaced or moved ({kinds}): the new pod reloads the model"
+                + (f" ({load_s:.0f} s)" if load_s else ""),
+                [d.detail for d in disruptions],
+            )
+        )
         values: dict[str, Any] = {"replicas": 2, "model": {"cache": {"enabled": True}}, "dedicated": {"enabled": True}}
         if node is not None and node.spot:
             values["gpuPool"] = {"name": "A-REGULAR-GPU-POOL"}
@@ -330,10 +355,17 @@ def diagnose_latency(
         slow = load_findings(load, slow_load_s)
         findings.extend(slow)
         if slow:
-            fixes.append(("K8S-LAT-003", _values({
-                "model": {"cache": {"enabled": True}},
-                "startup": {"maxLoadSeconds": max_load},
-            })))
+            fixes.append(
+                (
+                    "K8S-LAT-003",
+                    _values(
+                        {
+                            "model": {"cache": {"enabled": True}},
+                            "startup": {"maxLoadSeconds": max_load},
+                        }
+                    ),
+                )
+            )
     elif logs.strip():
         notes.append("the logs hold no model load line")
 
@@ -344,20 +376,34 @@ def diagnose_latency(
         problems = []
         if not isinstance(readiness, Mapping):
             problems.append(f"container {container.name} has no readiness probe: it takes traffic while loading")
-        elif "tcpSocket" in readiness or "exec" in readiness and not readiness.get("httpGet"):
-            problems.append(f"container {container.name}'s readiness probe does not ask the server whether the "
-                            "model is loaded (TCP/exec)")
-        if isinstance(liveness, Mapping) and not isinstance(startup, Mapping) and load_s is not None and (
-            _probe_budget(liveness) < load_s
+        elif "tcpSocket" in readiness or ("exec" in readiness and not readiness.get("httpGet")):
+            problems.append(
+                f"container {container.name}'s readiness probe does not ask the server whether the "
+                "model is loaded (TCP/exec)"
+            )
+        if (
+            isinstance(liveness, Mapping)
+            and not isinstance(startup, Mapping)
+            and load_s is not None
+            and (_probe_budget(liveness) < load_s)
         ):
-            problems.append(f"liveness probe gives up after {_probe_budget(liveness):.0f} s, the load takes "
-                            f"{load_s:.0f} s, and there is no startup probe: the load is killed and restarted")
+            problems.append(
+                f"liveness probe gives up after {_probe_budget(liveness):.0f} s, the load takes "
+                f"{load_s:.0f} s, and there is no startup probe: the load is killed and restarted"
+            )
         if problems:
             findings.append(make_finding("K8S-LAT-004", "; ".join(problems), problems))
-            fixes.append(("K8S-LAT-004", _values({
-                "readiness": {"path": READY_PATHS.get(server or "", "/health")},
-                "startup": {"maxLoadSeconds": max_load},
-            })))
+            fixes.append(
+                (
+                    "K8S-LAT-004",
+                    _values(
+                        {
+                            "readiness": {"path": READY_PATHS.get(server or "", "/health")},
+                            "startup": {"maxLoadSeconds": max_load},
+                        }
+                    ),
+                )
+            )
 
     gpu_host: str | None = None
     if facts_doc is not None:
@@ -371,9 +417,11 @@ def diagnose_latency(
             heat = [*check_temperature(facts, policy), *check_throttle(facts, policy)]
             findings.extend(heat)
             if heat:
-                notes.append("GPU heat: lower sustained utilisation (the server's batch size, e.g. vLLM "
-                             "--max-num-seqs, in the inference values `args`) and alert on DCGM_FI_DEV_GPU_TEMP > "
-                             f"{temp_alert_c} (invoke k8s.alerts)")
+                notes.append(
+                    "GPU heat: lower sustained utilisation (the server's batch size, e.g. vLLM "
+                    "--max-num-seqs, in the inference values `args`) and alert on DCGM_FI_DEV_GPU_TEMP > "
+                    f"{temp_alert_c} (invoke k8s.alerts)"
+                )
 
     throttling = cpu_throttling(metrics) if metrics.strip() else {}
     own = throttling.get(pod.key)
@@ -394,11 +442,15 @@ def diagnose_latency(
             parts.append(f"the model server is CPU-throttled in {own:.0%} of CFS periods")
             evidence.append(f"{pod.key}: container_cpu_cfs_throttled_periods_total / periods = {own:.2f}")
         if noisy:
-            parts.append(f"it shares node {pod.node_name} with {len(neighbours)} pod(s), "
-                         f"{len(noisy)} of them CPU-hungry (throttled or without a CPU limit)")
+            parts.append(
+                f"it shares node {pod.node_name} with {len(neighbours)} pod(s), "
+                f"{len(noisy)} of them CPU-hungry (throttled or without a CPU limit)"
+            )
             evidence.extend(
-                f"neighbour {n.pod}: " + (f"throttled {n.throttled:.0%}" if n.throttled is not None else "no metrics")
-                + ("" if n.cpu_limited else ", no CPU limit") for n in noisy
+                f"neighbour {n.pod}: "
+                + (f"throttled {n.throttled:.0%}" if n.throttled is not None else "no metrics")
+                + ("" if n.cpu_limited else ", no CPU limit")
+                for n in noisy
             )
         findings.append(make_finding("K8S-LAT-005", "; ".join(parts), evidence))
         cpu = container.effective_requests().get("cpu") if container is not None else None

@@ -9,6 +9,7 @@ API's own reason; a pod that does not exist is a usage error (exit 2).
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 from pathlib import Path
@@ -36,10 +37,14 @@ def _client(kubeconfig: str, context: str) -> Any:
     from kubernetes.config.config_exception import ConfigException
 
     if not Path(kubeconfig).is_file():
-        raise K8sApiError(f"kubeconfig {kubeconfig} not found: pass --kubeconfig, set KUBECONFIG, or "
-                          "az aks get-credentials --name CLUSTER --resource-group RG")
+        raise K8sApiError(
+            f"kubeconfig {kubeconfig} not found: pass --kubeconfig, set KUBECONFIG, or "
+            "az aks get-credentials --name CLUSTER --resource-group RG"
+        )
     try:
-        return config.new_client_from_config(config_file=kubeconfig, context=context or None)
+        return config.new_client_from_config(  # type: ignore[no-untyped-call]  # the client ships no annotations
+            config_file=kubeconfig, context=context or None
+        )
     except ConfigException as exc:
         raise K8sApiError(f"kubeconfig {kubeconfig}: {exc}") from None
 
@@ -53,10 +58,8 @@ def _get(what: str, call: Any, *args: Any, **kwargs: Any) -> Any:
         return json.loads(response.data)
     except ApiException as exc:
         reason = exc.reason or ""
-        try:
+        with contextlib.suppress(ValueError, AttributeError):
             reason = json.loads(exc.body or "{}").get("message") or reason
-        except (ValueError, AttributeError):
-            pass
         if exc.status == 404 and what.startswith("pod "):
             raise SnapshotError(f"{what}: not found ({reason}); check the name and -n NAMESPACE") from None
         raise K8sApiError(f"Kubernetes API: {what}: HTTP {exc.status} {reason}".rstrip()) from None
@@ -66,7 +69,9 @@ def _get(what: str, call: Any, *args: Any, **kwargs: Any) -> Any:
         raise K8sApiError(f"Kubernetes API: {what}: the answer is not JSON ({exc})") from None
 
 
-def fetch_snapshot(pod: str, namespace: str, kubeconfig: str = "", context: str = "", timeout: float = 10.0) -> Snapshot:
+def fetch_snapshot(
+    pod: str, namespace: str, kubeconfig: str = "", context: str = "", timeout: float = 10.0
+) -> Snapshot:
     """The pod, the nodes, the pods and the pod's events from the cluster of ``kubeconfig``'s context."""
     from kubernetes import client
 
@@ -76,12 +81,17 @@ def fetch_snapshot(pod: str, namespace: str, kubeconfig: str = "", context: str 
         raw_pod = _get(f"pod {namespace}/{pod}", api.read_namespaced_pod, pod, namespace, _request_timeout=timeout)
         nodes = _get("list nodes", api.list_node, _request_timeout=timeout)
         pods = _get(
-            "list pods", api.list_pod_for_all_namespaces,
-            field_selector="status.phase!=Succeeded,status.phase!=Failed", _request_timeout=timeout,
+            "list pods",
+            api.list_pod_for_all_namespaces,
+            field_selector="status.phase!=Succeeded,status.phase!=Failed",
+            _request_timeout=timeout,
         )
         events = _get(
-            f"events of pod {namespace}/{pod}", api.list_namespaced_event, namespace,
-            field_selector=f"involvedObject.name={pod}", _request_timeout=timeout,
+            f"events of pod {namespace}/{pod}",
+            api.list_namespaced_event,
+            namespace,
+            field_selector=f"involvedObject.name={pod}",
+            _request_timeout=timeout,
         )
     finally:
         api.api_client.close()

@@ -53,16 +53,27 @@ _TRITON_END = re.compile(r"successfully loaded '(?P<model>[^']+)'", _I)
 _TORCHSERVE = re.compile(r"\bW-\d+-(?P<model>\S+?)\.ms:(?P<ms>\d+)\|", _I)
 _OLLAMA = re.compile(r"llama runner started in\s+(?P<s>[\d.]+)\s*(?:s|sec|seconds)\b", _I)
 _GENERIC = re.compile(
-    r"\bmodel (?:loaded|load(?:ing)? (?:took|finished|completed))(?: in)?\s+(?P<s>[\d.]+)\s*(?P<unit>ms|s|sec|secs|seconds)\b",
+    r"\bmodel (?:loaded|load(?:ing)? (?:took|finished|completed))(?: in)?\s+(?P<s>[\d.]+)\s*"
+    r"(?P<unit>ms|s|sec|secs|seconds)\b",
     _I,
 )
 
 _MARKERS: tuple[tuple[str, re.Pattern[str], int], ...] = (
-    ("vllm", re.compile(r"Model loading took|Loading weights took|Loading model weights took|Starting to load model"
-                        r"|checkpoint shards:|Graph capturing finished|model_runner\.py|gpu_executor\.py|vllm", _I), 4),
+    (
+        "vllm",
+        re.compile(
+            r"Model loading took|Loading weights took|Loading model weights took|Starting to load model"
+            r"|checkpoint shards:|Graph capturing finished|model_runner\.py|gpu_executor\.py|vllm",
+            _I,
+        ),
+        4,
+    ),
     ("tgi", re.compile(r"Shard ready in|text_generation_launcher|text-generation-launcher|shard-manager", _I), 5),
-    ("triton", re.compile(r"model_lifecycle\.cc|model_repository_manager\.cc|successfully loaded '|tritonserver", _I),
-     5),
+    (
+        "triton",
+        re.compile(r"model_lifecycle\.cc|model_repository_manager\.cc|successfully loaded '|tritonserver", _I),
+        5,
+    ),
     ("torchserve", re.compile(r"WORKER_MODEL_LOADED|TS_METRICS|org\.pytorch\.serve|W-\d+-\S+\.ms:\d+", _I), 5),
     ("ollama", re.compile(r"llama runner started|starting llama server|ollama|llm_load_tensors", _I), 5),
 )
@@ -184,11 +195,16 @@ def parse(text: str) -> ModelLoad:
         return ModelLoad("tgi", max(values), None, tuple(line.strip() for _, line in tgi))
     if torchserve:
         values = [int(m.group("ms")) / 1000 for m, _ in torchserve]
-        return ModelLoad("torchserve", max(values), torchserve[0][0].group("model"),
-                         tuple(line.strip() for _, line in torchserve))
+        return ModelLoad(
+            "torchserve", max(values), torchserve[0][0].group("model"), tuple(line.strip() for _, line in torchserve)
+        )
     if ollama:
-        return ModelLoad("ollama", max(_float(m.group("s")) or 0.0 for m, _ in ollama), None,
-                         tuple(line.strip() for _, line in ollama))
+        return ModelLoad(
+            "ollama",
+            max(_float(m.group("s")) or 0.0 for m, _ in ollama),
+            None,
+            tuple(line.strip() for _, line in ollama),
+        )
     if counts["triton"] and (_TRITON_START.search(text) or _TRITON_END.search(text)):
         seconds, model, evidence = _triton(lines)
         return ModelLoad("triton", seconds, model, tuple(evidence))

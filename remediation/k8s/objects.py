@@ -371,8 +371,12 @@ def pod_from_dict(doc: Any, source: str = "pod") -> Pod:
         owner_kind=owner_kind,
         owner_name=owner_name,
         conditions=tuple(
-            (_str(_map(c).get("type")), _str(_map(c).get("status")), _str(_map(c).get("reason")),
-             _str(_map(c).get("message")))
+            (
+                _str(_map(c).get("type")),
+                _str(_map(c).get("status")),
+                _str(_map(c).get("reason")),
+                _str(_map(c).get("message")),
+            )
             for c in _list(status.get("conditions"))
         ),
         statuses=tuple(
@@ -400,17 +404,22 @@ class Node:
 
     @property
     def vm_size(self) -> str:
-        return self.labels.get("node.kubernetes.io/instance-type") or self.labels.get("beta.kubernetes.io/instance-type", "")
+        return self.labels.get("node.kubernetes.io/instance-type") or self.labels.get(
+            "beta.kubernetes.io/instance-type", ""
+        )
 
     @property
     def region(self) -> str:
-        return self.labels.get("topology.kubernetes.io/region") or self.labels.get("failure-domain.beta.kubernetes.io/region", "")
+        return self.labels.get("topology.kubernetes.io/region") or self.labels.get(
+            "failure-domain.beta.kubernetes.io/region", ""
+        )
 
     @property
     def spot(self) -> bool:
-        return self.labels.get("kubernetes.azure.com/scalesetpriority") == "spot" or self.labels.get(
-            "karpenter.sh/capacity-type"
-        ) == "spot"
+        return (
+            self.labels.get("kubernetes.azure.com/scalesetpriority") == "spot"
+            or self.labels.get("karpenter.sh/capacity-type") == "spot"
+        )
 
     def scheduling_taints(self) -> tuple[Taint, ...]:
         return tuple(t for t in self.taints if t.effect in _SCHEDULING_EFFECTS)
@@ -462,8 +471,9 @@ def event_from_dict(doc: Any) -> Event:
         name=_str(involved.get("name")),
         namespace=_str(involved.get("namespace")),
         component=_str(source.get("component") or m.get("reportingController") or m.get("reportingComponent")),
-        time=_str(m.get("lastTimestamp") or m.get("eventTime") or series.get("lastObservedTime")
-                  or m.get("firstTimestamp")),
+        time=_str(
+            m.get("lastTimestamp") or m.get("eventTime") or series.get("lastObservedTime") or m.get("firstTimestamp")
+        ),
     )
 
 

@@ -26,8 +26,13 @@ from remediation.k8s.scheduling import health_label
 
 __all__ = ["PodFix", "apply_patch", "build_fix", "toleration_for", "user_tolerations"]
 
-_CONTROLLERS = {"Deployment": "deployment", "StatefulSet": "statefulset", "DaemonSet": "daemonset",
-                "ReplicaSet": "replicaset", "Job": "job"}
+_CONTROLLERS = {
+    "Deployment": "deployment",
+    "StatefulSet": "statefulset",
+    "DaemonSet": "daemonset",
+    "ReplicaSet": "replicaset",
+    "Job": "job",
+}
 
 
 def toleration_for(taint: Taint) -> Toleration:
@@ -69,8 +74,9 @@ def _controller(pod: Pod) -> tuple[str, str] | None:
     return (resource, pod.owner_name) if resource else None
 
 
-def _ops(prefix: str, existing: Sequence[Any], has_selector: bool, add: Sequence[Toleration],
-         selector: Mapping[str, str]) -> list[dict[str, Any]]:
+def _ops(
+    prefix: str, existing: Sequence[Any], has_selector: bool, add: Sequence[Toleration], selector: Mapping[str, str]
+) -> list[dict[str, Any]]:
     ops: list[dict[str, Any]] = []
     if add:
         if existing:
@@ -103,7 +109,7 @@ class PodFix:
     def spec_ops(self) -> tuple[dict[str, Any], ...]:
         """The whole fix as a patch of a pod's own spec (for checking it with the evaluator)."""
         raw_prefix = "/spec/template/spec"
-        return tuple({**op, "path": "/spec" + op["path"][len(raw_prefix):]} for op in self.template_ops)
+        return tuple({**op, "path": "/spec" + op["path"][len(raw_prefix) :]} for op in self.template_ops)
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -120,7 +126,8 @@ class PodFix:
 def build_fix(pod: Pod, tolerations: Sequence[Toleration], selector: Mapping[str, str]) -> PodFix:
     """The patches, commands and corrected YAML that add ``tolerations`` and set ``selector`` on ``pod``."""
     spec = pod.raw.get("spec", {}) if isinstance(pod.raw.get("spec"), Mapping) else {}
-    raw_tolerations = spec.get("tolerations") if isinstance(spec.get("tolerations"), list) else []
+    listed = spec.get("tolerations")
+    raw_tolerations: list[Any] = listed if isinstance(listed, list) else []
     has_selector = isinstance(spec.get("nodeSelector"), Mapping) and bool(spec.get("nodeSelector"))
     users = user_tolerations(pod)
     pod_ops = _ops("/spec", raw_tolerations, has_selector, tolerations, {}) if not selector else []
@@ -157,8 +164,9 @@ def build_fix(pod: Pod, tolerations: Sequence[Toleration], selector: Mapping[str
     if selector:
         values_doc["nodeSelector"] = new_selector
     values = yaml.safe_dump(values_doc, sort_keys=False, default_flow_style=False)
-    return PodFix(tuple(tolerations), dict(selector), tuple(pod_ops), tuple(template_ops), tuple(commands),
-                  corrected, values)
+    return PodFix(
+        tuple(tolerations), dict(selector), tuple(pod_ops), tuple(template_ops), tuple(commands), corrected, values
+    )
 
 
 def _unescape(token: str) -> str:

@@ -109,16 +109,27 @@ class PendingDiagnosis:
             **self.facts(),
             "fits_now": list(self.fits_now),
             "nodes": [
-                {"node": r.node.name, "pool": r.node.pool, "fits": r.fits,
-                 "failures": [{"filter": f.filter, "reason": f.reason, "detail": f.detail} for f in r.failures]}
+                {
+                    "node": r.node.name,
+                    "pool": r.node.pool,
+                    "fits": r.fits,
+                    "failures": [{"filter": f.filter, "reason": f.reason, "detail": f.detail} for f in r.failures],
+                }
                 for r in self.nodes
             ],
             "fix": self.fix.to_dict() if self.fix else None,
             "scheduled_on_after_fix": self.scheduled_on,
-            "capacity": None if self.capacity is None else {
-                "pool": self.capacity.pool, "vm_size": self.capacity.vm_size, "nodes_needed": self.capacity.nodes_needed,
-                "at_max": self.capacity.at_max, "family": self.capacity.family, "raise": list(self.capacity.raise_),
-                "lines": list(self.capacity.lines), "commands": list(self.capacity.commands),
+            "capacity": None
+            if self.capacity is None
+            else {
+                "pool": self.capacity.pool,
+                "vm_size": self.capacity.vm_size,
+                "nodes_needed": self.capacity.nodes_needed,
+                "at_max": self.capacity.at_max,
+                "family": self.capacity.family,
+                "raise": list(self.capacity.raise_),
+                "lines": list(self.capacity.lines),
+                "commands": list(self.capacity.commands),
             },
             "notes": list(self.notes),
             "findings": [f.to_dict() for f in self.findings],
@@ -138,8 +149,19 @@ def _messages(text: str, snapshot: Snapshot | None) -> EventsText:
                 continue
             m = parse_message(event.message)
             found.append(
-                SchedulingMessage(m.source, m.total_nodes, m.reasons, m.preemption, m.era, m.text, event.reason,
-                                  m.wouldnt_fit, m.scale_up_failure, None, event.component)
+                SchedulingMessage(
+                    m.source,
+                    m.total_nodes,
+                    m.reasons,
+                    m.preemption,
+                    m.era,
+                    m.text,
+                    event.reason,
+                    m.wouldnt_fit,
+                    m.scale_up_failure,
+                    None,
+                    event.component,
+                )
             )
     return EventsText(tuple(found))
 
@@ -166,7 +188,9 @@ def _candidates(pod: Pod, results: Sequence[NodeResult]) -> tuple[list[Candidate
                 state = True
             elif f.filter == "TaintToleration" and f.taint is not None and not health_label(f.taint.key):
                 taints.append(f.taint)
-            elif f.filter == "NodeAffinity" and f.selector_key in unmatched_selector and f.selector_key in r.node.labels:
+            elif (
+                f.filter == "NodeAffinity" and f.selector_key in unmatched_selector and f.selector_key in r.node.labels
+            ):
                 selector[f.selector_key] = r.node.labels[f.selector_key]
             elif f.capacity:
                 lacking.append(f)
@@ -246,27 +270,36 @@ def _rule_untolerated_taint(ctx: _Context) -> list[Finding]:
         taints = ", ".join(t.text() for t in ctx.best.taints)
         pool = ctx.best.result.node.pool
         where = f"{ctx.scheduled_on}" if ctx.scheduled_on else f"{ctx.best.result.node.name}"
-        evidence = [*(f"node {ctx.best.result.node.name}: untolerated taint {t.text()}" for t in ctx.best.taints),
-                    *_evidence(ctx)]
-        then = f"; with the toleration the scheduler places it on {where}" if ctx.scheduled_on else (
-            "; with the toleration it still needs capacity (see below)"
+        evidence = [
+            *(f"node {ctx.best.result.node.name}: untolerated taint {t.text()}" for t in ctx.best.taints),
+            *_evidence(ctx),
+        ]
+        then = (
+            f"; with the toleration the scheduler places it on {where}"
+            if ctx.scheduled_on
+            else ("; with the toleration it still needs capacity (see below)")
         )
-        return [make_finding(
-            "K8S-PEND-001",
-            f"untolerated taint {taints} on the nodes {_who(ctx)} belongs on"
-            + (f" (pool {pool})" if pool else "") + then,
-            evidence,
-        )]
-    taints = [r for r in _text_reasons(ctx) if r.reason == "untolerated_taint" and not r.expected_exclusion]
-    if not taints:
+        return [
+            make_finding(
+                "K8S-PEND-001",
+                f"untolerated taint {taints} on the nodes {_who(ctx)} belongs on"
+                + (f" (pool {pool})" if pool else "")
+                + then,
+                evidence,
+            )
+        ]
+    hit = [r for r in _text_reasons(ctx) if r.reason == "untolerated_taint" and not r.expected_exclusion]
+    if not hit:
         return []
-    named = [f"{r.taint_key}={r.taint_value}" if r.taint_value else f"{r.taint_key}" for r in taints if r.taint_key]
-    count = sum(r.count for r in taints)
+    named = [f"{r.taint_key}={r.taint_value}" if r.taint_value else f"{r.taint_key}" for r in hit if r.taint_key]
+    count = sum(r.count for r in hit)
     if named:
         summary = f"{count} node(s) had untolerated taint {', '.join(dict.fromkeys(named))}: add the toleration"
     else:
-        summary = (f"{count} node(s) had untolerated taint(s) this scheduler version does not name: run "
-                   "invoke k8s.diagnose-pending --pod P -n NS (or --snapshot DIR) to name them from the nodes")
+        summary = (
+            f"{count} node(s) had untolerated taint(s) this scheduler version does not name: run "
+            "invoke k8s.diagnose-pending --pod P -n NS (or --snapshot DIR) to name them from the nodes"
+        )
     return [make_finding("K8S-PEND-001", summary, _evidence(ctx, ["untolerated_taint"]))]
 
 
@@ -278,27 +311,35 @@ def _rule_selector(ctx: _Context) -> list[Finding]:
         if ctx.best is not None and ctx.best.selector:
             change = ", ".join(f"{k}={v}" for k, v in ctx.best.selector.items())
             wanted = ", ".join(f"{k}={ctx.pod.node_selector.get(k)}" for k in ctx.best.selector) if ctx.pod else ""
-            return [make_finding(
-                "K8S-PEND-002",
-                f"no node has {wanted} (the pod's nodeSelector); the GPU nodes have {change}: set nodeSelector {change}",
-                _evidence(ctx),
-            )]
+            return [
+                make_finding(
+                    "K8S-PEND-002",
+                    f"no node has {wanted} (the pod's nodeSelector); the nodes it fits have {change}: "
+                    f"set nodeSelector {change}",
+                    _evidence(ctx),
+                )
+            ]
         if ctx.best is None and ctx.pod is not None and (ctx.pod.node_selector or ctx.pod.required_terms is not None):
             selector = ", ".join(f"{k}={v}" for k, v in ctx.pod.node_selector.items()) or "required node affinity"
-            return [make_finding(
-                "K8S-PEND-002", f"no node satisfies {_who(ctx)}'s {selector} together with its other constraints",
-                _evidence(ctx),
-            )]
+            return [
+                make_finding(
+                    "K8S-PEND-002",
+                    f"no node satisfies {_who(ctx)}'s {selector} together with its other constraints",
+                    _evidence(ctx),
+                )
+            ]
         return []
     reasons = _text_reasons(ctx)
     if _text_constraint(reasons) != "node_affinity_mismatch":
         return []
     count = sum(r.count for r in reasons if r.reason == "node_affinity_mismatch")
-    return [make_finding(
-        "K8S-PEND-002",
-        f"{count} node(s) did not match the pod's node affinity/selector and no other node takes it",
-        _evidence(ctx, ["node_affinity_mismatch"]),
-    )]
+    return [
+        make_finding(
+            "K8S-PEND-002",
+            f"{count} node(s) did not match the pod's node affinity/selector and no other node takes it",
+            _evidence(ctx, ["node_affinity_mismatch"]),
+        )
+    ]
 
 
 def _text_constraint(reasons: Sequence[Reason]) -> str | None:
@@ -322,15 +363,23 @@ def _rule_other_constraint(ctx: _Context) -> list[Finding]:
     if ctx.evaluated:
         if ctx.best is not None or ctx.pod is None or ctx.pod.node_selector or ctx.pod.required_terms is not None:
             return []
-        return [make_finding("K8S-PEND-003", f"every node fails a hard constraint of {_who(ctx)} (node name or "
-                             "host ports)", _evidence(ctx))]
+        return [
+            make_finding(
+                "K8S-PEND-003",
+                f"every node fails a hard constraint of {_who(ctx)} (node name or host ports)",
+                _evidence(ctx),
+            )
+        ]
     reasons = _text_reasons(ctx)
     if _text_constraint(reasons) not in _OTHER_CONSTRAINTS:
         return []
     items = [r for r in reasons if r.reason in _OTHER_CONSTRAINTS]
     summary = ", ".join(f"{r.reason} x{r.count}" for r in items)
-    return [make_finding("K8S-PEND-003", f"blocked by a hard constraint: {summary}",
-                         _evidence(ctx, list(_OTHER_CONSTRAINTS)))]
+    return [
+        make_finding(
+            "K8S-PEND-003", f"blocked by a hard constraint: {summary}", _evidence(ctx, list(_OTHER_CONSTRAINTS))
+        )
+    ]
 
 
 def _lacking(ctx: _Context) -> list[tuple[str, str]]:
@@ -351,31 +400,40 @@ def _is_gpu(resource: str, gpu_resource: str) -> bool:
 
 def _rule_gpu_capacity(ctx: _Context) -> list[Finding]:
     """K8S-PEND-004: no node of the pod's pool has the GPUs it requests free."""
-    if ctx.verdict not in (CAPACITY, CONSTRAINT) or ctx.verdict == CONSTRAINT and not ctx.evaluated:
+    if ctx.verdict not in (CAPACITY, CONSTRAINT) or (ctx.verdict == CONSTRAINT and not ctx.evaluated):
         return []
     gpu = [(res, detail) for res, detail in _lacking(ctx) if _is_gpu(res, ctx.gpu_resource)]
     if not gpu:
         return []
     where = ""
-    if ctx.best is not None:
+    if ctx.best is not None and ctx.pod is not None:
         node = ctx.best.result.node
-        where = f" on pool {node.pool or node.name}" if _offers(ctx.best.result, ctx.pod) else " (no node has GPUs)" \
-            if ctx.pod is not None else ""
+        where = f" on pool {node.pool or node.name}" if _offers(ctx.best.result, ctx.pod) else " (no node has GPUs)"
     lines = [detail for _res, detail in gpu]
-    return [make_finding("K8S-PEND-004", f"not enough free {gpu[0][0]}{where}: " + "; ".join(dict.fromkeys(lines)),
-                         [*lines, *_evidence(ctx)])]
+    return [
+        make_finding(
+            "K8S-PEND-004",
+            f"not enough free {gpu[0][0]}{where}: " + "; ".join(dict.fromkeys(lines)),
+            [*lines, *_evidence(ctx)],
+        )
+    ]
 
 
 def _rule_other_capacity(ctx: _Context) -> list[Finding]:
     """K8S-PEND-005: CPU, memory, pods, volumes or another resource is short on every node the pod could use."""
-    if ctx.verdict not in (CAPACITY, CONSTRAINT) or ctx.verdict == CONSTRAINT and not ctx.evaluated:
+    if ctx.verdict not in (CAPACITY, CONSTRAINT) or (ctx.verdict == CONSTRAINT and not ctx.evaluated):
         return []
     other = [(res, detail) for res, detail in _lacking(ctx) if not _is_gpu(res, ctx.gpu_resource)]
     if not other:
         return []
     lines = [detail for _res, detail in other]
-    return [make_finding("K8S-PEND-005", "not enough " + ", ".join(dict.fromkeys(r for r, _ in other)) + ": "
-                         + "; ".join(dict.fromkeys(lines)), [*lines, *_evidence(ctx)])]
+    return [
+        make_finding(
+            "K8S-PEND-005",
+            "not enough " + ", ".join(dict.fromkeys(r for r, _ in other)) + ": " + "; ".join(dict.fromkeys(lines)),
+            [*lines, *_evidence(ctx)],
+        )
+    ]
 
 
 def _rule_node_state(ctx: _Context) -> list[Finding]:
@@ -386,14 +444,24 @@ def _rule_node_state(ctx: _Context) -> list[Finding]:
     if ctx.evaluated:
         lines = [f"node {r.node.name}: {f.detail}" for r in ctx.state_nodes for f in r.failures if f.node_state]
         names = ", ".join(r.node.name for r in ctx.state_nodes)
-        return [make_finding("K8S-PEND-006", f"only node state keeps {_who(ctx)} off {names}: fix the node(s); "
-                             "never tolerate node-health taints", [*lines, *_evidence(ctx)])]
+        return [
+            make_finding(
+                "K8S-PEND-006",
+                f"only node state keeps {_who(ctx)} off {names}: fix the node(s); never tolerate node-health taints",
+                [*lines, *_evidence(ctx)],
+            )
+        ]
     states = [r for r in _text_reasons(ctx) if r.kind == NODE_STATE]
     if not states:
         return []
     summary = ", ".join(f"{r.reason} x{r.count}" for r in states)
-    return [make_finding("K8S-PEND-006", f"nodes unavailable: {summary}; fix the nodes, never tolerate node-health "
-                         "taints", _evidence(ctx))]
+    return [
+        make_finding(
+            "K8S-PEND-006",
+            f"nodes unavailable: {summary}; fix the nodes, never tolerate node-health taints",
+            _evidence(ctx),
+        )
+    ]
 
 
 def _rule_pool_max(ctx: _Context) -> list[Finding]:
@@ -410,8 +478,10 @@ def _rule_pool_max(ctx: _Context) -> list[Finding]:
         return []
     failure = next((m.scale_up_failure for m in ctx.events.autoscaler() if m.scale_up_failure), None)
     if failure is not None and failure.min is not None and failure.target is not None and failure.target < failure.min:
-        summary = (f"pool {failure.group}: the autoscaler refuses target size {failure.target} outside "
-                   f"min {failure.min} / max {failure.max}: scale the pool to at least minCount by hand")
+        summary = (
+            f"pool {failure.group}: the autoscaler refuses target size {failure.target} outside "
+            f"min {failure.min} / max {failure.max}: scale the pool to at least minCount by hand"
+        )
     elif ctx.capacity is not None and ctx.capacity.pool:
         summary = f"node pool {ctx.capacity.pool} cannot add nodes: raise its maxCount (invoke aks.pools)"
     else:
@@ -424,8 +494,9 @@ def _rule_quota(ctx: _Context) -> list[Finding]:
     if ctx.capacity is None or "quota" not in ctx.capacity.raise_:
         return []
     lines = [line for line in ctx.capacity.lines if "quota" in line or "regional" in line]
-    return [make_finding("K8S-PEND-008", lines[0] if lines else "vCPU quota exhausted", [*lines,
-                         *ctx.capacity.commands])]
+    return [
+        make_finding("K8S-PEND-008", lines[0] if lines else "vCPU quota exhausted", [*lines, *ctx.capacity.commands])
+    ]
 
 
 def _rule_autoscaler(ctx: _Context) -> list[Finding]:
@@ -441,8 +512,11 @@ def _rule_autoscaler(ctx: _Context) -> list[Finding]:
             lines.append(m.text)
     if not parts:
         return []
-    return [make_finding("K8S-PEND-009", "cluster autoscaler: " + "; ".join(dict.fromkeys(parts)),
-                         list(dict.fromkeys(lines)))]
+    return [
+        make_finding(
+            "K8S-PEND-009", "cluster autoscaler: " + "; ".join(dict.fromkeys(parts)), list(dict.fromkeys(lines))
+        )
+    ]
 
 
 _RULES = (
@@ -478,8 +552,10 @@ def diagnose_pending(
     pod = snapshot.pod if snapshot is not None else None
     autos = events.autoscaler()
     verdict = text_verdict(
-        events.facts_reasons(), message.preemption_kind if message else None,
-        any(m.wouldnt_fit for m in autos), any(m.scale_up_failure is not None for m in autos),
+        events.facts_reasons(),
+        message.preemption_kind if message else None,
+        any(m.wouldnt_fit for m in autos),
+        any(m.scale_up_failure is not None for m in autos),
     )
     results: tuple[NodeResult, ...] = ()
     best: Candidate | None = None
@@ -496,7 +572,9 @@ def diagnose_pending(
         candidates.sort(key=lambda c: _rank(pod, c))
         if fits:
             verdict = None
-            notes.append(f"the pod fits on {', '.join(fits)} as it is: the scheduler should place it (or it already has)")
+            notes.append(
+                f"the pod fits on {', '.join(fits)} as it is: the scheduler should place it (or it already has)"
+            )
         elif candidates:
             best = candidates[0]
             capacity_needed = bool(best.lacking)
@@ -506,8 +584,10 @@ def diagnose_pending(
             state_nodes = tuple(state_only)
         else:
             verdict = CONSTRAINT
-            notes.append("every node fails a constraint no patch here can change (required node affinity, node "
-                         "name, host ports): the pod spec must change")
+            notes.append(
+                "every node fails a constraint no patch here can change (required node affinity, node "
+                "name, host ports): the pod spec must change"
+            )
         if best is not None and best.fixes:
             tolerations: list[Toleration] = [toleration_for(t) for t in dict.fromkeys(best.taints)]
             fix = build_fix(pod, tolerations, best.selector)
@@ -518,12 +598,14 @@ def diagnose_pending(
             if scheduled_on is None and not capacity_needed:
                 notes.append("the patched pod still does not fit: see the nodes' failures")
         if message is not None and message.era == "taint_v135" and best is not None and best.taints:
-            notes.append("the message (Kubernetes 1.35+) does not name the taint; the nodes do: "
-                         + ", ".join(t.text() for t in best.taints))
+            notes.append(
+                "the message (Kubernetes 1.35+) does not name the taint; the nodes do: "
+                + ", ".join(t.text() for t in best.taints)
+            )
         if snapshot is not None and pod is not None and pod.node_name and pod.phase not in ("Pending", ""):
             notes.append(f"pod is {pod.phase} on {pod.node_name}: not Pending")
     capacity: CapacityAdvice | None = None
-    if verdict == CAPACITY or capacity_needed or any(m.count("max_group_size") for m in autos) and (pools or usages):
+    if verdict == CAPACITY or capacity_needed or (any(m.count("max_group_size") for m in autos) and (pools or usages)):
         gpus = _gpu_request(pod, gpu_resource) if pod is not None else 0
         node = best.result.node if best is not None else None
         offers = node is not None and node.allocatable.get(gpu_resource, Decimal(0)) > 0
@@ -531,12 +613,19 @@ def diagnose_pending(
         region = location or (node.region if node is not None else "") or "LOCATION"
         if pools or usages or gpus or (message is not None and message.count("insufficient_gpu")):
             capacity = advise(
-                pools, usages, pool=node.pool if node is not None and offers else None,
-                gpus_wanted=gpus or 1, gpus_per_node=per_node, vm_size=node.vm_size if node is not None and offers
-                else None, cluster=cluster, resource_group=resource_group, location=region,
+                pools,
+                usages,
+                pool=node.pool if node is not None and offers else None,
+                gpus_wanted=gpus or 1,
+                gpus_per_node=per_node,
+                vm_size=node.vm_size if node is not None and offers else None,
+                cluster=cluster,
+                resource_group=resource_group,
+                location=region,
             )
-    ctx = _Context(pod, events, message, verdict, best, state_nodes, fix, scheduled_on, capacity, evaluated,
-                   gpu_resource)
+    ctx = _Context(
+        pod, events, message, verdict, best, state_nodes, fix, scheduled_on, capacity, evaluated, gpu_resource
+    )
     findings = [f for rule in _RULES for f in rule(ctx)]
     return PendingDiagnosis(
         pod=pod.key if pod is not None else None,

@@ -171,7 +171,7 @@ def _resolve(schema: Mapping[str, Any], root: Mapping[str, Any]) -> Mapping[str,
     ref = schema.get("$ref")
     if not isinstance(ref, str) or not ref.startswith("#/$defs/"):
         return schema
-    target = root.get("$defs", {}).get(ref[len("#/$defs/"):], {})
+    target = root.get("$defs", {}).get(ref[len("#/$defs/") :], {})
     return {**_resolve(target, root), **{k: v for k, v in schema.items() if k != "$ref"}}
 
 
@@ -190,7 +190,7 @@ def _defaults(schema: Mapping[str, Any], value: Any, root: Mapping[str, Any] | N
             sub = _resolve(sub, root)
             if key in filled:
                 filled[key] = _defaults(sub, filled[key], root)
-            elif "default" in sub or sub.get("type") == "object" and isinstance(sub.get("properties"), Mapping):
+            elif "default" in sub or (sub.get("type") == "object" and isinstance(sub.get("properties"), Mapping)):
                 result = _defaults(sub, None, root)
                 if result is not None:
                     filled[key] = result
@@ -224,9 +224,7 @@ def validate_values(directory: Path, name: str, values: Mapping[str, Any], sourc
             message = f"{error.instance!r} is a node-health taint key: never tolerate it, fix the node"
         elif error.validator == "pattern":
             message = f"{error.instance!r} does not match {error.validator_value!r}"
-        raise ValuesError(
-            f"values {source}: {path}: {message} (schema: templates/k8s/{name}.schema.yaml)"
-        )
+        raise ValuesError(f"values {source}: {path}: {message} (schema: templates/k8s/{name}.schema.yaml)")
     assert isinstance(filled, dict)
     return filled
 
@@ -247,8 +245,15 @@ _Dumper.add_representer(Serialised, _str)
 
 def to_yaml(docs: Sequence[Mapping[str, Any]]) -> str:
     """Documents as YAML (block style, keys in template order, multi-line strings as literal blocks)."""
-    return yaml.dump_all([dict(d) for d in docs], Dumper=_Dumper, sort_keys=False, default_flow_style=False,
-                         allow_unicode=True, width=120, explicit_start=len(docs) > 1)
+    return yaml.dump_all(
+        [dict(d) for d in docs],
+        Dumper=_Dumper,
+        sort_keys=False,
+        default_flow_style=False,
+        allow_unicode=True,
+        width=120,
+        explicit_start=len(docs) > 1,
+    )
 
 
 def validate_manifest(doc: Mapping[str, Any], version: str) -> str:
@@ -257,7 +262,9 @@ def validate_manifest(doc: Mapping[str, Any], version: str) -> str:
     import kubernetes_validate
     from kubernetes_validate import utils as kv_utils
 
-    versions = sorted({v.rsplit(".", 1)[0] for v in kv_utils.all_versions()}, key=lambda v: tuple(map(int, v.split("."))))
+    versions = sorted(
+        {v.rsplit(".", 1)[0] for v in kv_utils.all_versions()}, key=lambda v: tuple(map(int, v.split(".")))
+    )
     wanted = re.sub(r"^v", "", str(version)).strip()
     if not re.fullmatch(r"\d+\.\d+(?:\.\d+)?", wanted) or ".".join(wanted.split(".")[:2]) not in versions:
         raise TemplateError(
@@ -269,8 +276,9 @@ def validate_manifest(doc: Mapping[str, Any], version: str) -> str:
         return str(kubernetes_validate.validate(dict(doc), ".".join(wanted.split(".")[:2]), strict=True))
     except kubernetes_validate.ValidationError as exc:
         path = ".".join(str(p) for p in exc.path) or "(top level)"
-        raise TemplateError(f"rendered {kind} fails the Kubernetes {exc.version} schema at {path}: {exc.message}")\
-            from None
+        raise TemplateError(
+            f"rendered {kind} fails the Kubernetes {exc.version} schema at {path}: {exc.message}"
+        ) from None
     except kubernetes_validate.SchemaNotFoundError as exc:
         raise TemplateError(f"rendered {kind}: {exc.message}") from None
 

@@ -58,8 +58,11 @@ def print_pending(d: PendingDiagnosis, console: Console) -> None:
         _plain(console, f"note: {note}")
     if d.fix is not None:
         _plain(console)
-        _plain(console, "fix (the evaluator schedules the patched pod on "
-               f"{d.scheduled_on}):" if d.scheduled_on else "fix:", style="bold")
+        _plain(
+            console,
+            f"fix (the evaluator schedules the patched pod on {d.scheduled_on}):" if d.scheduled_on else "fix:",
+            style="bold",
+        )
         for command in d.fix.commands:
             _plain(console, f"  {command}")
         _plain(console, "corrected pod spec:")
@@ -70,8 +73,12 @@ def print_pending(d: PendingDiagnosis, console: Console) -> None:
             _plain(console, f"  {line}")
     if d.capacity is not None:
         _plain(console)
-        raise_ = " and ".join({"max_count": "the pool's maxCount", "quota": "the family vCPU quota"}[r]
-                              for r in d.capacity.raise_) or "(pool and quota facts: --pools FILE --usages FILE)"
+        raise_ = (
+            " and ".join(
+                {"max_count": "the pool's maxCount", "quota": "the family vCPU quota"}[r] for r in d.capacity.raise_
+            )
+            or "(pool and quota facts: --pools FILE --usages FILE)"
+        )
         _plain(console, f"capacity: raise {raise_}", style="bold")
         for line in d.capacity.lines:
             _plain(console, f"  {line}")
@@ -87,8 +94,11 @@ def pending_json(d: PendingDiagnosis) -> str:
 def print_latency(d: LatencyDiagnosis, console: Console) -> None:
     _plain(console, f"pod: {d.pod} on node {d.node or '(none)'}")
     for r in d.restarts:
-        _plain(console, f"restart: container {r.container} x{r.count}, last {r.reason}"
-               + (f" (exit {r.exit_code})" if r.exit_code is not None else ""))
+        _plain(
+            console,
+            f"restart: container {r.container} x{r.count}, last {r.reason}"
+            + (f" (exit {r.exit_code})" if r.exit_code is not None else ""),
+        )
     for disruption in d.disruptions:
         _plain(console, f"disrupted: {disruption.kind}: {disruption.detail}")
     if d.load is not None:
@@ -97,8 +107,12 @@ def print_latency(d: LatencyDiagnosis, console: Console) -> None:
     if d.throttled is not None:
         _plain(console, f"cpu throttled: {d.throttled:.0%} of CFS periods")
     for n in d.neighbours:
-        _plain(console, f"neighbour: {n.pod}" + (f", throttled {n.throttled:.0%}" if n.throttled is not None else "")
-               + ("" if n.cpu_limited else ", no CPU limit"))
+        _plain(
+            console,
+            f"neighbour: {n.pod}"
+            + (f", throttled {n.throttled:.0%}" if n.throttled is not None else "")
+            + ("" if n.cpu_limited else ", no CPU limit"),
+        )
     for note in d.notes:
         _plain(console, f"note: {note}")
     _findings(console, d.findings)

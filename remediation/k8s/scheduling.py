@@ -135,7 +135,7 @@ class Reason:
         if self.reason != "untolerated_taint" or not self.taint_key:
             return False
         key, value = self.taint_key.lower(), (self.taint_value or "").lower()
-        return "gpu" in key or value == "gpu" or key == "sku" and "gpu" in value
+        return "gpu" in key or value == "gpu" or (key == "sku" and "gpu" in value)
 
     @property
     def expected_exclusion(self) -> bool:
@@ -245,26 +245,39 @@ _RULES: tuple[tuple[re.Pattern[str], str, str | None], ...] = tuple(
         (r"untolerated taint\(s\)", "untolerated_taint", "taint_v135"),
         (r"had untolerated taint", "untolerated_taint", "taint_v124"),
         (r"had taint\s*\{.*\}\s*,?\s*that the pod didn'?t tolerate", "untolerated_taint", "taint_v118"),
-        (r"had taints? that the pod didn'?t tolerate|taints? that the pod didn'?t tolerate", "untolerated_taint",
-         "taints_nokey"),
+        (
+            r"had taints? that the pod didn'?t tolerate|taints? that the pod didn'?t tolerate",
+            "untolerated_taint",
+            "taints_nokey",
+        ),
         (r"^podtoleratesnodetaints$|^taint ?toleration$", "untolerated_taint", "predicate_names"),
         (r"^insufficient\b", "insufficient", None),
         (r"^too many pods$|^podfitsresources$", "too_many_pods", None),
         (r"max volume count|^max\w*volumecount\w*$", "max_volume_count", None),
-        (r"node affinity/selector|didn'?t match (?:the )?node selector|didn'?t match pod'?s node affinity"
-         r"|didn'?t match node affinity|^matchnodeselector$|^nodeaffinity$|didn'?t have the requested labels"
-         r"|^checknodelabelpresence$|didn'?t satisfy plugin\(s\) \[nodeaffinity\]", "node_affinity_mismatch", None),
+        (
+            r"node affinity/selector|didn'?t match (?:the )?node selector|didn'?t match pod'?s node affinity"
+            r"|didn'?t match node affinity|^matchnodeselector$|^nodeaffinity$|didn'?t have the requested labels"
+            r"|^checknodelabelpresence$|didn'?t satisfy plugin\(s\) \[nodeaffinity\]",
+            "node_affinity_mismatch",
+            None,
+        ),
         (r"requested (?:node name|hostname)|^hostname$|^podfitshost$|^nodename$", "node_name_mismatch", None),
         (r"pod affinity/anti-affinity|^matchinterpodaffinity$", "pod_affinity_legacy", None),
-        (r"pod anti-affinity rules|existing pods anti-affinity|existing pods' anti-affinity",
-         "pod_anti_affinity_mismatch", None),
+        (
+            r"pod anti-affinity rules|existing pods anti-affinity|existing pods' anti-affinity",
+            "pod_anti_affinity_mismatch",
+            None,
+        ),
         (r"pod affinity rules|^interpodaffinity$", "pod_affinity_mismatch", None),
         (r"topology spread constraints|^evenpodsspread$|^podtopologyspread$", "topology_spread_mismatch", None),
         (r"free ports|^podfitshostports$|^nodeports$", "host_port_conflict", None),
         (r"volume node affinity conflict", "volume_node_affinity_conflict", None),
         (r"unbound immediate persistentvolumeclaims?|^checkvolumebinding$", "unbound_immediate_pvc", None),
-        (r"available persistent volumes to bind|enough free storage|bound to non-existent pv",
-         "volume_binding_conflict", None),
+        (
+            r"available persistent volumes to bind|enough free storage|bound to non-existent pv",
+            "volume_binding_conflict",
+            None,
+        ),
         (r"no available volume zone|^novolumezoneconflict$", "volume_zone_conflict", None),
         (r"no available disk|^nodiskconflict$|readwriteoncepod", "volume_conflict", None),
         (r"were unschedulable|^checknodeunschedulable\w*$|^nodeunschedulable$", "node_unschedulable", None),
@@ -279,8 +292,11 @@ _RULES: tuple[tuple[re.Pattern[str], str, str | None], ...] = tuple(
         (r"preemption is not helpful", "preempt_not_helpful", None),
         (r"max node group size reached", "max_group_size", None),
         (r"backoff after failed scale-?up", "scale_up_backoff", None),
-        (r"max (?:cluster|total) \w+|limit reached|exceeds? (?:the )?(?:cluster|node group) limit",
-         "cluster_resource_limit", None),
+        (
+            r"max (?:cluster|total) \w+|limit reached|exceeds? (?:the )?(?:cluster|node group) limit",
+            "cluster_resource_limit",
+            None,
+        ),
     )
 )
 _GPU_RESOURCE = re.compile(r"(?:^|/)gpu$|^nvidia\.com/mig-|^gpu\.intel\.com/", re.I)
@@ -297,7 +313,11 @@ def _taint(body: str) -> tuple[str, str]:
     body = body.strip()
     if "=" in body and (": " not in body or body.index("=") < body.index(": ")):
         key, _, rest = body.partition("=")
-        value = rest.rsplit(":", 1)[0] if re.search(r":\s*(?:NoSchedule|NoExecute|PreferNoSchedule)\s*$", rest, re.I) else rest
+        value = (
+            rest.rsplit(":", 1)[0]
+            if re.search(r":\s*(?:NoSchedule|NoExecute|PreferNoSchedule)\s*$", rest, re.I)
+            else rest
+        )
         return key.strip(), value.strip()
     if ":" in body:
         key, _, value = body.partition(":")
@@ -395,24 +415,44 @@ def parse_message(text: str) -> SchedulingMessage:
     failed = _SCALE_UP_FAILED.search(clean)
     if failed:
         return SchedulingMessage(
-            "autoscaler", None, (), (), None, clean, event_reason="FailedToScaleUpGroup",
+            "autoscaler",
+            None,
+            (),
+            (),
+            None,
+            clean,
+            event_reason="FailedToScaleUpGroup",
             scale_up_failure=ScaleUpFailure(
-                failed.group("group"), int(failed.group("target")), int(failed.group("max")),
-                int(failed.group("min")), failed.group(0),
+                failed.group("group"),
+                int(failed.group("target")),
+                int(failed.group("max")),
+                int(failed.group("min")),
+                failed.group(0),
             ),
         )
     auto = _AUTOSCALER_HEAD.search(clean)
     if auto:
         body = clean[auto.end() :]
         return SchedulingMessage(
-            "autoscaler", None, tuple(_histogram(body)), (), _era(body), clean, event_reason="NotTriggerScaleUp",
+            "autoscaler",
+            None,
+            tuple(_histogram(body)),
+            (),
+            _era(body),
+            clean,
+            event_reason="NotTriggerScaleUp",
             wouldnt_fit=bool(auto.group("fit")),
         )
     legacy = _LEGACY_HEAD.search(clean)
     if legacy:
         body = clean[legacy.end() :]
         return SchedulingMessage(
-            "scheduler", None, tuple(_legacy_histogram(body)), (), "legacy_predicates", clean,
+            "scheduler",
+            None,
+            tuple(_legacy_histogram(body)),
+            (),
+            "legacy_predicates",
+            clean,
             event_reason="FailedScheduling",
         )
     head = _HEAD.search(clean)
@@ -433,8 +473,9 @@ def parse_message(text: str) -> SchedulingMessage:
         era: str | None = "predicate_names"
     else:
         era = _era(body)
-    return SchedulingMessage("scheduler", total, tuple(reasons), tuple(preemption), era, clean,
-                             event_reason="FailedScheduling")
+    return SchedulingMessage(
+        "scheduler", total, tuple(reasons), tuple(preemption), era, clean, event_reason="FailedScheduling"
+    )
 
 
 # --- event tables ----------------------------------------------------------------------------------------------
@@ -525,16 +566,28 @@ def parse_events(text: str) -> EventsText:
             end = starts_at[i + 1] if i + 1 < len(starts_at) else _quoted_end(record, start)
             body = record[start:end].rstrip(" |")
             message = parse_message(body)
-            if not message.reasons and message.total_nodes is None and message.scale_up_failure is None \
-                    and not message.wouldnt_fit and message.source == "scheduler":
+            if (
+                not message.reasons
+                and message.total_nodes is None
+                and message.scale_up_failure is None
+                and not message.wouldnt_fit
+                and message.source == "scheduler"
+            ):
                 continue
             event_reason = message.event_reason
             if reason_match and i == 0:
                 event_reason = reason_match.group(1)
             messages.append(
                 SchedulingMessage(
-                    message.source, message.total_nodes, message.reasons, message.preemption, message.era,
-                    message.text, event_reason, message.wouldnt_fit, message.scale_up_failure,
+                    message.source,
+                    message.total_nodes,
+                    message.reasons,
+                    message.preemption,
+                    message.era,
+                    message.text,
+                    event_reason,
+                    message.wouldnt_fit,
+                    message.scale_up_failure,
                     _seconds(age_match.group("age")) if age_match and i == 0 else None,
                     component.group(1) if component and i == 0 else "",
                 )
@@ -563,9 +616,7 @@ def text_verdict(
     """
     items = list(reasons)
     capacity = [r for r in items if r.kind == CAPACITY and r.count > 0]
-    if any(r.gpu_pool_taint for r in items) and (
-        not capacity or any(r.reason == "insufficient_gpu" for r in capacity)
-    ):
+    if any(r.gpu_pool_taint for r in items) and (not capacity or any(r.reason == "insufficient_gpu" for r in capacity)):
         return CONSTRAINT
     if capacity:
         return CAPACITY
