@@ -250,7 +250,7 @@ def to_yaml(docs: Sequence[Mapping[str, Any]]) -> str:
         Dumper=_Dumper,
         sort_keys=False,
         default_flow_style=False,
-        allow_unicode=True,
+        allow_unicode=False,  # non-ASCII escaped: PyYAML writes NEL (U+0085) raw and reads it back as a break
         width=120,
         explicit_start=len(docs) > 1,
     )
