@@ -99,6 +99,7 @@ _UU_MARKERS = (
     (re.compile(r"Starting unattended upgrades script|Allowed origins are:", re.I), 10, 2),
     (re.compile(r"Initial (?:blacklist|whitelist)(?:ed packages)?\b", re.I), 10, 2),
     (re.compile(r"Packages that will be upgraded:|No packages found that can be upgraded unattended", re.I), 10, 2),
+    (re.compile(r"Unattended[- ]upgrades? result|Packages that (?:were upgraded|attempted to upgrade):", re.I), 10, 1),
     (re.compile(r"Package \S+ is (?:blacklisted|marked to be held back)|skipping blacklisted package", re.I), 6, 2),
     (re.compile(r"Packages that (?:are auto removed|were successfully auto-removed|are kept back):", re.I), 6, 1),
     (re.compile(r"Writing dpkg log to|unattended-upgrades-dpkg\.log|All upgrades installed", re.I), 4, 2),

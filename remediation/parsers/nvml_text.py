@@ -165,6 +165,9 @@ _STRING_ALTS = "|".join(_phrase(s) for s in sorted(_STRINGS, key=len, reverse=Tr
 # NVMLError_X, go-nvml's nvml.DeviceGetCount, or a device-handle call (nvidia-smi and the tools around it).
 _CONTEXT = re.compile(r"nvml|" + nvml_errors.HANDLE_CONTEXT.pattern, re.I)
 _CONTEXT_WINDOW = 160
+# The call an error came from can be further up: a Python traceback names the NVML function a few frames before
+# the exception line.
+_CALL_WINDOW = 400
 _STRING_AFTER_SEPARATOR = re.compile(
     r"(?:[:=(\[]|\b(?:failed|fails|error|errors|returned|returns|with|reason|code)\b)[\s\"'`]*(?P<msg>"
     + _STRING_ALTS
@@ -181,7 +184,7 @@ _FUNCTION = re.compile(r"\b(?:nvml\.(?P<go>[A-Z][A-Za-z0-9_]*)|(?P<c>nvml[A-Z][A
 
 
 def _function_before(flat: str, start: int) -> str | None:
-    window = flat[max(0, start - _CONTEXT_WINDOW) : start]
+    window = flat[max(0, start - _CALL_WINDOW) : start]
     found: str | None = None
     for m in _FUNCTION.finditer(window):
         found = m.group("c") or f"nvml{m.group('go')}"
@@ -189,7 +192,7 @@ def _function_before(flat: str, start: int) -> str | None:
 
 
 def _mention(flat: str, error: nvml_errors.NvmlError, start: int, end: int) -> NvmlMention:
-    window = flat[max(0, start - _CONTEXT_WINDOW) : end]
+    window = flat[max(0, start - _CALL_WINDOW) : end]
     function = _function_before(flat, start)
     handle = nvml_errors.HANDLE_CONTEXT.search(window) is not None
     return NvmlMention(error, nvml_errors.class_for(error, handle=handle), function, start, end)

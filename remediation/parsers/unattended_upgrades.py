@@ -10,7 +10,9 @@ and the older wording of 0.8x/1.x): each line is ``YYYY-MM-DD HH:MM:SS,mmm LEVEL
   a Python list ``['o=Ubuntu,a=bionic', ...]``);
 - ``Initial blacklist: linux-image nvidia-`` (old: ``Initial blacklisted packages: ...``), ``Initial whitelist (not
   strict): ...`` (old: ``Initial whitelisted packages: ...``): entries joined by spaces, possibly none;
-- ``Packages that will be upgraded: a b c``; ``Removing unused kernel packages: ...``, ``Packages that were
+- ``Packages that will be upgraded: a b c`` (the mailed report: ``Packages that were upgraded:`` with the names on
+  the next, indented line; ``Packages with upgradable origin but kept back:``); ``Removing unused kernel packages:
+  ...``, ``Packages that were
   successfully auto-removed: ...`` (old: ``Packages that are auto removed: '...'``), ``Packages that are kept
   back: ...`` (kept from being auto-removed);
 - why a package was kept back: ``Package X is blacklisted.``, ``Package X is marked to be held back.``, ``Package X
@@ -142,6 +144,10 @@ _ORIGINS = re.compile(r"^Allowed origins are:\s*(?P<v>.*)$", _A)
 _BLACKLIST = re.compile(r"^Initial blacklist(?:ed packages)?\s*:\s*(?P<v>.*)$", _A)
 _WHITELIST = re.compile(r"^Initial whitelist(?:ed packages)?(?:\s*\((?:not )?strict\))?\s*:\s*(?P<v>.*)$", _A)
 _UPGRADE = re.compile(r"^Packages that will be upgraded:\s*(?P<v>.*)$", _A)
+# The report unattended-upgrades mails: "Packages that were upgraded:" and the names on the next, indented line.
+_MAIL_LIST = re.compile(
+    r"^Packages (?:that were upgraded|that attempted to upgrade|with upgradable origin but kept back):\s*(?P<v>.*)$", _A
+)
 _REMOVED = re.compile(
     r"^(?:Packages that were successfully auto-removed|Packages that are auto removed|Removing unused kernel "
     r"packages)\s*:\s*(?P<v>.*)$",
@@ -252,9 +258,20 @@ def parse(text: str) -> UnattendedLog:
         run = _Run(start)
         return run
 
+    pending: str | None = None  # the mail report's list header whose packages follow on the next, indented line
     for raw in split_lines(text):
         if not raw.strip():
             continue
+        if pending is not None and raw[:1].isspace() and run is not None:
+            names = _words(raw)
+            if pending == "upgraded":
+                run.packages.extend(names)
+            else:
+                run.kept.extend(KeptBack(n, "kept back", raw.strip()) for n in names)
+            run.text.append(raw.strip())
+            pending = None
+            continue
+        pending = None
         when, level, msg = _message(raw)
         last_time = when or last_time
         line = raw.strip()
@@ -283,6 +300,16 @@ def parse(text: str) -> UnattendedLog:
             current.whitelist = _words(w.group("v"))
         elif (u := _UPGRADE.match(msg)) is not None:
             current.packages.extend(_words(u.group("v")))
+        elif (m := _MAIL_LIST.match(msg)) is not None:
+            kind = "kept" if "kept back" in m.group(0) else "upgraded"
+            if m.group("v").strip():
+                names = _words(m.group("v"))
+                if kind == "upgraded":
+                    current.packages.extend(names)
+                else:
+                    current.kept.extend(KeptBack(n, "kept back", line) for n in names)
+            else:
+                pending = kind
         elif (r := _REMOVED.match(msg)) is not None:
             current.removed.extend(_words(r.group("v")))
         elif (c := _CONFFILE.match(msg)) is not None:

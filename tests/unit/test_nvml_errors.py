@@ -119,3 +119,20 @@ def test_each_class_from_any_program_gives_the_audits_finding(error_class: str, 
     assert result.kind == "nvml" and result.facts["error_class"] == error_class
     assert [f.id for f in result.findings] == [finding]
     assert result.facts["nvml_error_code"] == error.code
+
+
+def test_python_traceback_names_the_call_frames_above_the_error() -> None:
+    traceback = (
+        "Traceback (most recent call last):\n"
+        '  File "/opt/conda/lib/python3.10/site-packages/gpustat/core.py", line 570, in new_query\n'
+        "    handle = N.nvmlDeviceGetHandleByIndex(index)\n"
+        '  File "/opt/conda/lib/python3.10/site-packages/pynvml/nvml.py", line 1655, in nvmlDeviceGetHandleByIndex\n'
+        "    _nvmlCheckReturn(ret)\n"
+        '  File "/opt/conda/lib/python3.10/site-packages/pynvml/nvml.py", line 765, in _nvmlCheckReturn\n'
+        "    raise NVMLError(ret)\n"
+        "pynvml.nvml.NVMLError_Unknown: Unknown Error\n"
+    )
+    result = diagnose(traceback)
+    assert result.kind == "nvml" and result.facts["error_class"] == "handle_unknown_error"
+    assert result.facts["nvml_function"] == "nvmlDeviceGetHandleByIndex"
+    assert [f.id for f in result.findings] == ["GPU-HW-006"]

@@ -206,3 +206,21 @@ def test_parse_never_raises_on_cut_logs(text: str) -> None:
     for cut in range(0, len(text), 37):
         uu.parse(text[cut:])
         uu.parse(text[:cut])
+
+
+def test_mailed_report_lists_on_the_next_line() -> None:
+    report = (
+        "Unattended upgrade result: All upgrades installed\n"
+        "\n"
+        "Packages that were upgraded:\n"
+        " linux-generic linux-image-generic nvidia-driver-535\n"
+        "\n"
+        "Packages with upgradable origin but kept back:\n"
+        " linux-headers-generic\n"
+    )
+    result = diagnose(report)
+    assert result.kind == KIND
+    assert result.facts["packages"] == ["linux-generic", "linux-image-generic", "nvidia-driver-535"]
+    assert result.facts["nvidia_packages"] == ["nvidia-driver-535"]
+    assert result.facts["runs"][0]["kept_back"] == [{"package": "linux-headers-generic", "reason": "kept back"}]
+    assert [f.id for f in result.findings] == ["GPU-KRN-003", "GPU-KRN-004", "GPU-KRN-006"]
