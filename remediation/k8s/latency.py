@@ -276,8 +276,9 @@ def diagnose_latency(
     temp_alert_c: int = 78,
 ) -> LatencyDiagnosis:
     """Restarts, disruptions, model load, probes, GPU heat and CPU contention of ``snapshot``'s pod."""
+    from remediation.checks.evidence import from_facts
     from remediation.checks.policy import Policy
-    from remediation.checks.thermal import check_temperature, check_throttle
+    from remediation.checks.thermal import temperature_alert, temperature_slowdown, throttle
 
     pod = snapshot.pod
     if pod is None:
@@ -413,8 +414,8 @@ def diagnose_latency(
         if facts is None:
             notes.append(f"no host {pod.node_name} in the facts document")
         else:
-            policy = Policy(temp_alert_c=temp_alert_c)
-            heat = [*check_temperature(facts, policy), *check_throttle(facts, policy)]
+            ev = from_facts(facts, Policy(temp_alert_c=temp_alert_c))  # the audit's own GPU-THM rules
+            heat = [*temperature_alert(ev), *temperature_slowdown(ev), *throttle(ev)]
             findings.extend(heat)
             if heat:
                 notes.append(
