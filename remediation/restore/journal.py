@@ -11,7 +11,8 @@ The role writes the journal on the host *before* each change (write-ahead), at
      "undone": [...]}
 
 :func:`undo_steps` turns a journal and the host's *current* state into the undo steps, newest change first, and
-only for what is still as this run left it: a package is removed only if it is installed now, a hold released
+only for what is still as this run left it: a package is removed only if it is on the host now (installed, or
+left half-configured or unpacked by a step that was cut short), a hold released
 only if it is held now, GRUB_DEFAULT put back only if the line is still the one this run wrote. What was there
 before the run is never in the journal, so it is never touched. The role's ``undo.yml`` runs these steps (through
 its ``gpufleet_restore_undo_steps`` filter); the Python flow renders them in the report.

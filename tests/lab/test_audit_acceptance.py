@@ -33,7 +33,7 @@ def fleet(tmp_path_factory: pytest.TempPathFactory) -> Iterator[object]:
         lab.down(purge=True)
 
 
-def audit(lab, *args: str) -> subprocess.CompletedProcess[str]:  # type: ignore[no-untyped-def]
+def audit(lab, *args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:  # type: ignore[no-untyped-def]
     invoke = ROOT / ".venv/bin/invoke"
     return subprocess.run(
         [str(invoke) if invoke.exists() else "invoke", "audit", "--inventory", str(lab.cfg.inventory_path), *args],
@@ -42,8 +42,28 @@ def audit(lab, *args: str) -> subprocess.CompletedProcess[str]:  # type: ignore[
         cwd=ROOT,
         check=False,
         timeout=180,
-        env={**os.environ, "COLUMNS": "200"},
+        env={**os.environ, "COLUMNS": "200", **(env or {})},
     )
+
+
+@pytest.mark.parametrize("fmt", ["json", "junit", "prom"])
+def test_history_keeps_a_machine_format_on_stdout_one_document(fleet, tmp_path: Path, fmt: str) -> None:  # type: ignore[no-untyped-def]
+    """With --history and no --out, stdout is the document alone; the comparison goes to stderr."""
+    env = {"INVOKE_AUDIT_HISTORY_DIR": str(tmp_path / "history")}
+    for run in (1, 2):
+        r = audit(fleet, "--format", fmt, "--history", env=env)
+        assert r.returncode == 1, r.stderr
+        if fmt == "json":
+            assert json.loads(r.stdout)["hosts"]
+        elif fmt == "junit":
+            assert ET.fromstring(r.stdout).tag == "testsuites"  # noqa: S314 - our own report
+        else:
+            from prometheus_client.parser import text_string_to_metric_families
+
+            assert any(f.name == "gpufleet_nvml_ok" for f in text_string_to_metric_families(r.stdout))
+        said = "no previous run to compare with" if run == 1 else "since the previous run"
+        assert said in r.stderr and said not in r.stdout
+    assert len(list((tmp_path / "history").glob("audit-*.json"))) == 2
 
 
 def test_table_names_each_problem_and_exits_1(fleet) -> None:  # type: ignore[no-untyped-def]
