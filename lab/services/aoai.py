@@ -67,6 +67,7 @@ class FakeDeployment:
     model: str = "gpt-4o"
     retry_after_override_s: float | None = None  # every 429 says this (e.g. 86400)
     wording: str = "classic"  # classic | newer
+    hints: bool = True  # False: 429s without retry-after headers or "retry after" wording (a proxy that strips them)
 
     @property
     def requests_per_minute(self) -> int:
@@ -329,6 +330,8 @@ class _Handler(BaseHTTPRequestHandler):
         if not admitted:
             seconds = max(1, math.ceil(wait - 1e-9))
             template = _NEWER if dep.wording == "newer" else _CLASSIC
+            if not dep.hints:
+                template = template.split(" Please retry after")[0].split(" This request was for")[0] + "."
             what = "token" if limit == "tokens" else "call"
             message = template.format(
                 version=version,
@@ -342,10 +345,11 @@ class _Handler(BaseHTTPRequestHandler):
             code = "RateLimitReached" if dep.wording == "newer" else "429"
             headers = {
                 **common,
-                "retry-after": str(seconds),
-                "retry-after-ms": str(max(1, math.ceil(wait * 1000))),
                 "policy-id": "DeploymentRatelimit-Token" if limit == "tokens" else "DeploymentRatelimit-Call",
             }
+            if dep.hints:
+                headers["retry-after"] = str(seconds)
+                headers["retry-after-ms"] = str(max(1, math.ceil(wait * 1000)))
             self._send(429, {"error": {"code": code, "message": message}}, headers)
             return
         if svc.latency_s:

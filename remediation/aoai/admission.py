@@ -85,7 +85,7 @@ class Admission:
     """A deployment's TPM and RPM windows. Not thread-safe (the client holds a lock)."""
 
     def __init__(self, limits: Limits) -> None:
-        rpm_share = limits.rpm * (limits.rpm_window_s / 60.0)
+        rpm_share = limits.rpm * limits.rpm_window_s / limits.tpm_window_s  # RPM/6 for 10 s of a 60 s minute
         self.limits = limits
         self.tokens = SlidingWindow(
             limits.tpm * limits.headroom, limits.tpm_window_s, limits.tpm_window_s * limits.margin

@@ -41,7 +41,8 @@ EXPECTED = {
 
 
 def test_catalog_has_exactly_the_specified_ids() -> None:
-    assert set(catalog.CATALOG) == set(EXPECTED)
+    # the host area's IDs; every other area checks its own in its tests
+    assert {i for i in catalog.CATALOG if i.startswith("GPU-")} == set(EXPECTED)
 
 
 @pytest.mark.parametrize("finding_id", sorted(EXPECTED))
