@@ -40,9 +40,10 @@ def _write(out: str | None, content: str) -> None:
 
 @task(
     default=True,
+    positional=["file"],
     help={
         "file": "the client's request log (JSON lines), a response log (JSON lines with status, headers, usage) or "
-        "an Azure Monitor metrics export (az monitor metrics list ... --output json); - or nothing for stdin",
+        "an Azure Monitor metrics export (az monitor metrics list ... --output json); - for stdin",
         "format": "text or json",
         "tpm_limit": "the deployment's tokens-per-minute quota (default aoai.tpm_limit) for peak-vs-limit",
         "deployment": "only this deployment (ModelDeploymentName)",

@@ -38,7 +38,8 @@ _HEADER_NAMES = (
 )
 # name, then a separator, then the value: 'name': 'v' / "name": "v" / (b'name', b'v') / name: v / name=v
 _HEADER = re.compile(
-    r"(?<![\w-])b?['\"]?(" + _HEADER_NAMES + r")['\"]?\s*(?::|=|,)\s*b?(?:'([^'\n]*)'|\"([^\"\n]*)\"|([^\s,;)}\]]+))",
+    r"(?<![\w-])b?['\"]?(" + _HEADER_NAMES + r")['\"]?\s*(?::|=|,)\s*b?(?:'([^'\n]*)'|\"([^\"\n]*)\"|"
+    r"([A-Za-z]{3},\s*[0-9]{1,2}\s+[A-Za-z]{3}\s+[0-9]{4}\s+[0-9:]{8}(?:\s*(?:GMT|UTC|[+-][0-9]{4}))?|[^\s,;)}\]]+))",
     _I,
 )
 _STATUS_429 = re.compile(r"(?<![0-9.])429(?![0-9.])|Too Many Requests|RateLimit(?:Error|Reached|Exceeded)", _I)
