@@ -1,4 +1,4 @@
-"""``invoke aoai.*``: Azure OpenAI 429 storms (runbook S4): diagnose, alert templates, APIM overflow, the local stand-in."""
+"""``invoke aoai.*``: Azure OpenAI 429 storms (runbook S4): diagnose, alerts, APIM overflow, the local stand-in."""
 
 from __future__ import annotations
 
@@ -71,7 +71,8 @@ def diagnose(c, file=None, format="text", tpm_limit=None, deployment=None):  # t
 
 @task(
     help={
-        "account_id": "resource ID of the Azure OpenAI account (/subscriptions/.../Microsoft.CognitiveServices/accounts/NAME)",
+        "account_id": "resource ID of the Azure OpenAI account "
+        "(/subscriptions/.../Microsoft.CognitiveServices/accounts/NAME)",
         "deployment": "the model deployment to watch",
         "tpm_limit": "its tokens-per-minute quota (default aoai.tpm_limit)",
         "action_group": "resource ID of the action group to notify (optional)",
@@ -149,8 +150,12 @@ def fake(c, deployment=None, window=60.0, huge_retry_after=None, port=0, duratio
             raise UsageError(f"--deployment {spec!r}: NAME:TPM or NAME:TPM:RPM")
         rpm = _number("--deployment RPM", parts[2]) if len(parts) == 3 else None
         deployments.append(
-            FakeDeployment(parts[0], _number("--deployment TPM", parts[1]), rpm,
-                           retry_after_override_s=86400.0 if parts[0] in huge else None)
+            FakeDeployment(
+                parts[0],
+                _number("--deployment TPM", parts[1]),
+                rpm,
+                retry_after_override_s=86400.0 if parts[0] in huge else None,
+            )
         )
     seconds = _number("--duration", duration, float)
     with FakeAzureOpenAI(deployments, window_s=_number("--window", window, float), port=_number("--port", port)) as svc:

@@ -18,7 +18,9 @@ from __future__ import annotations
 import json
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import httpx
 from rich.rule import Rule
@@ -54,23 +56,33 @@ def _config() -> ClientConfig:
     )
 
 
-def _send_with(client: object):  # type: ignore[no-untyped-def]
-    def send(body: dict[str, object]) -> int:
-        answer = client.chat.completions.create(model="gpt-4o", **body)  # type: ignore[attr-defined]
+def _sdk(url: str, http: httpx.Client, deployment: str | None = None) -> Any:
+    """openai-python's Azure client over ``http`` (the SDK types ``http_client`` as httpx2's; it accepts httpx's)."""
+    import openai
+
+    client: Any = http
+    return openai.AzureOpenAI(
+        azure_endpoint=url, api_key="demo-key", api_version=API_VERSION, azure_deployment=deployment, http_client=client
+    )
+
+
+def _send_with(client: Any) -> Callable[[dict[str, Any]], int]:
+    def send(body: dict[str, Any]) -> int:
+        answer = client.chat.completions.create(model="gpt-4o", **body)
         return int(answer.usage.total_tokens) if answer.usage else 0
 
     return send
 
 
 def run(ctx: SceneContext) -> bool:
-    import openai
-
     console = ctx.console
     ok = True
     work = Path(tempfile.mkdtemp(prefix="aoai-demo-"))
     bodies = workload(120, seed=12)
-    deployments = [FakeDeployment(PRIMARY, TPM[PRIMARY], region="East US"),
-                   FakeDeployment(OVERFLOW, TPM[OVERFLOW], region="Sweden Central", wording="newer")]
+    deployments = [
+        FakeDeployment(PRIMARY, TPM[PRIMARY], region="East US"),
+        FakeDeployment(OVERFLOW, TPM[OVERFLOW], region="Sweden Central", wording="newer"),
+    ]
     with FakeAzureOpenAI(deployments, window_s=WINDOW_S, api_key="demo-key") as svc:
         console.print(
             f"local Azure OpenAI at {svc.url}: {PRIMARY} {TPM[PRIMARY]:,} TPM, {OVERFLOW} {TPM[OVERFLOW]:,} TPM "
@@ -80,8 +92,7 @@ def run(ctx: SceneContext) -> bool:
         console.print(Rule("1. launch day: 120 requests, 16 threads, openai-python's own retry, one deployment"))
         log = ResponseLog(work / "responses.jsonl", time_scale=SCALE)
         plain = httpx.Client(event_hooks={"response": [log]}, timeout=30)
-        baseline = openai.AzureOpenAI(azure_endpoint=svc.url, api_key="demo-key", api_version=API_VERSION,
-                                      azure_deployment=PRIMARY, http_client=plain)
+        baseline = _sdk(svc.url, plain, deployment=PRIMARY)
         storm = run_burst(_send_with(baseline), bodies, threads=16)
         answers = [json.loads(line) for line in log.path.read_text().splitlines()]
         throttled = sum(a["status"] == 429 for a in answers)
@@ -99,7 +110,8 @@ def run(ctx: SceneContext) -> bool:
 
         console.print(Rule("3. one 429 pasted into invoke diagnose"))
         sample = next(a for a in answers if a["status"] == 429)
-        pasted = f"HTTP 429 Too Many Requests\nretry-after: {sample['headers']['retry-after']}\n{json.dumps(sample['error'])}"
+        retry_after = sample["headers"]["retry-after"]
+        pasted = f"HTTP 429 Too Many Requests\nretry-after: {retry_after}\n{json.dumps(sample['error'])}"
         console.print(pasted, markup=False)
         triage = diagnose(pasted)
         console.print(json.dumps({k: triage.facts[k] for k in ("retry_after_seconds", "limit_kind", "deployment")}))
@@ -110,19 +122,26 @@ def run(ctx: SceneContext) -> bool:
         svc.reset()
         time.sleep(WINDOW_S)  # a fresh minute, as for the baseline
         records: list[RequestRecord] = []
-        pool = [Deployment(PRIMARY, svc.url, TPM[PRIMARY], region="eastus"),
-                Deployment(OVERFLOW, svc.url, TPM[OVERFLOW], priority=2, region="swedencentral")]
+        pool = [
+            Deployment(PRIMARY, svc.url, TPM[PRIMARY], region="eastus"),
+            Deployment(OVERFLOW, svc.url, TPM[OVERFLOW], priority=2, region="swedencentral"),
+        ]
         ours_http = http_client(pool, _config(), sink=records.append)
-        ours = openai.AzureOpenAI(azure_endpoint=svc.url, api_key="demo-key", api_version=API_VERSION,
-                                  http_client=ours_http)
+        ours = _sdk(svc.url, ours_http)
         result = run_burst(_send_with(ours), bodies, threads=16)
         table = Table(title="remediation.aoai client")
         for col in ("deployment", "sent", "ok", "429", "tokens (estimated)", "tokens (usage)"):
             table.add_column(col)
         stats = ours_http._transport.stats.snapshot()  # type: ignore[attr-defined]
         for name, c in stats["deployments"].items():
-            table.add_row(name, str(c["sent"]), str(c["ok"]), str(c["throttled"]), f"{c['est_tokens']:,}",
-                          f"{c['actual_tokens']:,}")
+            table.add_row(
+                name,
+                str(c["sent"]),
+                str(c["ok"]),
+                str(c["throttled"]),
+                f"{c['est_tokens']:,}",
+                f"{c['actual_tokens']:,}",
+            )
         console.print(table)
         console.print(
             f"{result.succeeded} succeeded, {result.failed} failed, {stats['throttled']} answers 429; burst done in "
@@ -136,14 +155,17 @@ def run(ctx: SceneContext) -> bool:
         time.sleep(WINDOW_S)
         svc.set_retry_after_override(PRIMARY, 86400)
         hog = {"messages": [{"role": "user", "content": "another app"}], "max_tokens": TPM[PRIMARY] - 100}
-        httpx.post(f"{svc.url}/openai/deployments/{PRIMARY}/chat/completions?api-version={API_VERSION}", json=hog,
-                   headers={"api-key": "demo-key"}, timeout=10)  # another app fills the primary's minute
+        httpx.post(
+            f"{svc.url}/openai/deployments/{PRIMARY}/chat/completions?api-version={API_VERSION}",
+            json=hog,
+            headers={"api-key": "demo-key"},
+            timeout=10,
+        )  # another app fills the primary's minute
         records.clear()
         fresh = http_client(pool, _config(), sink=records.append)
-        client = openai.AzureOpenAI(azure_endpoint=svc.url, api_key="demo-key", api_version=API_VERSION,
-                                    http_client=fresh)
+        client = _sdk(svc.url, fresh)
         for body in bodies[:2]:
-            client.chat.completions.create(model="gpt-4o", **body)  # type: ignore[arg-type]
+            client.chat.completions.create(model="gpt-4o", **body)
         for record in records:
             console.print(
                 f"request {record.request_id}: answered by {record.deployment} after {record.attempts} attempt(s), "

@@ -138,7 +138,7 @@ class FakeAzureOpenAI:
     @property
     def url(self) -> str:
         host, port = self._server.server_address[:2]
-        return f"http://{host}:{port}"
+        return f"http://{host!s}:{port}"
 
     def start(self) -> FakeAzureOpenAI:
         self._thread = threading.Thread(target=self._server.serve_forever, name="fake-aoai", daemon=True)
@@ -270,7 +270,7 @@ class _Handler(BaseHTTPRequestHandler):
         raw = self.rfile.read(length) if length else b""
         parts = urlsplit(self.path)
         route = _ROUTE.match(parts.path)
-        version = (parse_qs(parts.query).get("api-version") or [None])[0]
+        version = (parse_qs(parts.query).get("api-version") or [""])[0]
         if route is None or not version:
             self._send(404, {"error": {"code": "404", "message": "Resource not found"}})
             return

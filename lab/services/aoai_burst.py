@@ -27,8 +27,9 @@ __all__ = ["BurstResult", "Outcome", "ResponseLog", "run_burst", "workload"]
 _WORDS = ("fleet", "gpu", "driver", "kernel", "quota", "token", "deployment", "region", "latency", "retry")
 
 
-def workload(count: int, seed: int = 4, words: tuple[int, int] = (40, 320), max_tokens: tuple[int, int] = (100, 300)
-             ) -> list[dict[str, Any]]:
+def workload(
+    count: int, seed: int = 4, words: tuple[int, int] = (40, 320), max_tokens: tuple[int, int] = (100, 300)
+) -> list[dict[str, Any]]:
     """``count`` chat request bodies of varied size (prompt words and ``max_tokens`` drawn from the ranges)."""
     rng = random.Random(seed)  # noqa: S311 - a reproducible workload, not security
     bodies = []
@@ -112,8 +113,14 @@ class ResponseLog:
     are the service's minutes and ``invoke aoai.diagnose`` compares them with the per-minute limit.
     """
 
-    _KEEP = ("retry-after", "retry-after-ms", "x-ratelimit-remaining-requests", "x-ratelimit-remaining-tokens",
-             "policy-id", "x-ms-region")
+    _KEEP = (
+        "retry-after",
+        "retry-after-ms",
+        "x-ratelimit-remaining-requests",
+        "x-ratelimit-remaining-tokens",
+        "policy-id",
+        "x-ms-region",
+    )
 
     def __init__(self, path: Path, time_scale: float = 1.0, epoch: float | None = None) -> None:
         self.path = path

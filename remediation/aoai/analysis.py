@@ -102,8 +102,13 @@ def _first(data: Mapping[str, Any], *keys: str) -> Any:
     return None
 
 
-def analyse(text: str, settings: AoaiSettings, tpm_limit: int | None = None, deployment: str | None = None,
-            source: str = "<input>") -> Analysis:
+def analyse(
+    text: str,
+    settings: AoaiSettings,
+    tpm_limit: int | None = None,
+    deployment: str | None = None,
+    source: str = "<input>",
+) -> Analysis:
     """Read ``text`` (request records, response logs or a metrics export) and diagnose it.
 
     Raises :class:`~remediation.errors.AoaiError` naming ``source`` when nothing in it is a request or a metric.
@@ -126,8 +131,9 @@ def analyse(text: str, settings: AoaiSettings, tpm_limit: int | None = None, dep
 # --- request logs -------------------------------------------------------------------------------------------
 
 
-def _requests(lines: Iterable[str], settings: AoaiSettings, limit: int, deployment: str | None,
-              source: str) -> Analysis:
+def _requests(
+    lines: Iterable[str], settings: AoaiSettings, limit: int, deployment: str | None, source: str
+) -> Analysis:
     entries: list[dict[str, Any]] = []
     skipped = 0
     for line in lines:
@@ -184,31 +190,40 @@ def _requests(lines: Iterable[str], settings: AoaiSettings, limit: int, deployme
             for index in range(throttled):
                 hint = float(hints[index]) if index < len(hints) else None
                 throttles.append(
-                    Throttle(hint, "unknown", str(name) if name else None, False,
-                             f"request {entry.get('request_id', '?')}: 429 #{index + 1}"
-                             + (f", Retry-After {hint:g} s" if hint is not None else ""))
+                    Throttle(
+                        hint,
+                        "unknown",
+                        str(name) if name else None,
+                        False,
+                        f"request {entry.get('request_id', '?')}: 429 #{index + 1}"
+                        + (f", Retry-After {hint:g} s" if hint is not None else ""),
+                    )
                 )
             continue
         status = entry["_status"]
         answers += 1
         bucket.requests += 1
-        usage = entry.get("usage") if isinstance(entry.get("usage"), Mapping) else {}
-        tokens = _int(_first(usage, "total_tokens")) or _int(_first(entry, "est_tokens", "request_tokens", "total_tokens"))
+        raw_usage = entry.get("usage")
+        usage: Mapping[str, Any] = raw_usage if isinstance(raw_usage, Mapping) else {}
+        tokens = _int(_first(usage, "total_tokens")) or _int(
+            _first(entry, "est_tokens", "request_tokens", "total_tokens")
+        )
         if status == 429:
             bucket.throttled += 1
             bucket.offered += tokens or median_size
-            headers = entry.get("headers") if isinstance(entry.get("headers"), Mapping) else {}
-            headers = {str(k).lower(): str(v) for k, v in headers.items()}
+            raw_headers = entry.get("headers")
+            header_map: Mapping[str, Any] = raw_headers if isinstance(raw_headers, Mapping) else {}
+            headers = {str(k).lower(): str(v) for k, v in header_map.items()}
             body = _first(entry, "body", "error", "message")
             body_text = body if isinstance(body, str) else json.dumps(body) if body is not None else ""
-            hint = retry_hint(headers, body_text)
+            found = retry_hint(headers, body_text)
             parsed = text_mod.parse(body_text + "\n" + "\n".join(f"{k}: {v}" for k, v in headers.items()))
             evidence = parsed.message or f"HTTP 429 at {_label(int(entry['_ts'] // 60))}"
-            if hint is not None:
-                evidence += f" (Retry-After {hint.seconds:g} s from {hint.source})"
+            if found is not None:
+                evidence += f" (Retry-After {found.seconds:g} s from {found.source})"
             throttles.append(
                 Throttle(
-                    hint.seconds if hint else None,
+                    found.seconds if found else None,
                     parsed.limit_kind,
                     str(name) if name else parsed.deployment,
                     parsed.capacity,
@@ -220,8 +235,16 @@ def _requests(lines: Iterable[str], settings: AoaiSettings, limit: int, deployme
             if status < 400:
                 bucket.processed += tokens or 0
     kind = "aoai-requests"
-    return _conclude(kind, minutes, throttles, answers, settings, limit, deployment,
-                     {"records": len(entries), "client_records": client_records, "skipped_lines": skipped})
+    return _conclude(
+        kind,
+        minutes,
+        throttles,
+        answers,
+        settings,
+        limit,
+        deployment,
+        {"records": len(entries), "client_records": client_records, "skipped_lines": skipped},
+    )
 
 
 # --- Azure Monitor ------------------------------------------------------------------------------------------
@@ -239,8 +262,9 @@ def _dimension(series: Mapping[str, Any], name: str) -> str | None:
     return None
 
 
-def _metrics(document: Mapping[str, Any], settings: AoaiSettings, limit: int, deployment: str | None,
-             source: str) -> Analysis:
+def _metrics(
+    document: Mapping[str, Any], settings: AoaiSettings, limit: int, deployment: str | None, source: str
+) -> Analysis:
     minutes: dict[int, _Minute] = defaultdict(_Minute)
     seen: set[str] = set()
     token_metrics = {"tokentransaction"}
@@ -294,8 +318,16 @@ def _metrics(document: Mapping[str, Any], settings: AoaiSettings, limit: int, de
         if bucket.throttled
     ]
     answers = sum(b.requests for b in minutes.values())
-    return _conclude("aoai-metrics", minutes, throttles, answers, settings, limit, deployment,
-                     {"metrics": sorted(seen), "interval": document.get("interval")})
+    return _conclude(
+        "aoai-metrics",
+        minutes,
+        throttles,
+        answers,
+        settings,
+        limit,
+        deployment,
+        {"metrics": sorted(seen), "interval": document.get("interval")},
+    )
 
 
 # --- facts and findings -------------------------------------------------------------------------------------

@@ -473,9 +473,7 @@ def _int(value: Any) -> int | None:
     return None
 
 
-def http_client(
-    deployments: Iterable[Deployment], config: ClientConfig | None = None, **kwargs: Any
-) -> httpx.Client:
+def http_client(deployments: Iterable[Deployment], config: ClientConfig | None = None, **kwargs: Any) -> httpx.Client:
     """An ``httpx.Client`` whose transport is an :class:`AoaiTransport` (``kwargs`` go to the transport:
     ``inner``, ``sink``, ``token_counter``, ``rng``). Pass it as ``openai.AzureOpenAI(http_client=...)``."""
     timeout = kwargs.pop("timeout", httpx.Timeout(600.0, connect=5.0))
@@ -496,9 +494,7 @@ def azure_openai(
     """
     import openai
 
+    client: Any = http_client(deployments, config, **kwargs)  # the SDK types it httpx2.Client; it accepts httpx's
     return openai.AzureOpenAI(
-        azure_endpoint=deployments[0].endpoint,
-        api_key=api_key,
-        api_version=api_version,
-        http_client=http_client(deployments, config, **kwargs),
+        azure_endpoint=deployments[0].endpoint, api_key=api_key, api_version=api_version, http_client=client
     )

@@ -119,7 +119,9 @@ def hint_from_body(text: str) -> RetryHint | None:
     return RetryHint(number * _unit_seconds(match.group(2)), "body")
 
 
-def retry_hint(headers: Mapping[str, str], body: str | bytes | None = None, now: float | None = None) -> RetryHint | None:
+def retry_hint(
+    headers: Mapping[str, str], body: str | bytes | None = None, now: float | None = None
+) -> RetryHint | None:
     """The server's hint by the precedence above, or ``None`` when it gave none."""
     found = hint_from_headers(headers, now)
     if found is not None:

@@ -53,8 +53,9 @@ def diagnose_429(text: str) -> tuple[dict[str, Any], list[Finding]]:
     findings = throttle_findings([throttle], None, settings)
     if findings and parsed.evidence:  # every line the facts rest on, not only the sentence
         findings = [
-            Finding(f.id, f.scenario, f.severity, f.summary, tuple(dict.fromkeys((*f.evidence, *parsed.evidence))),
-                    f.remedy)
+            Finding(
+                f.id, f.scenario, f.severity, f.summary, tuple(dict.fromkeys((*f.evidence, *parsed.evidence))), f.remedy
+            )
             for f in findings
         ]
     return facts, findings

@@ -20,13 +20,17 @@ def render_analysis(analysis: Analysis, max_minutes: int = 30) -> str:
     hints = facts["retry_after"]
     if hints["count"]:
         hist = ", ".join(f"{k} {v}" for k, v in hints["histogram"].items() if v)
-        out.append(f"Retry-After: {hints['count']} hints, median {hints['median_s']:g} s, max {hints['max_s']:g} s: {hist}")
+        out.append(
+            f"Retry-After: {hints['count']} hints, median {hints['median_s']:g} s, max {hints['max_s']:g} s: {hist}"
+        )
     else:
         out.append("Retry-After: none in this input")
     limit = facts.get("tpm_limit")
     peak = max(facts["peak_offered_tokens"], facts["peak_processed_tokens"])
     if limit:
-        out.append(f"peak: {peak:,} tokens/min at {facts['peak_minute']} against {limit:,} TPM ({facts['peak_vs_limit']}x)")
+        out.append(
+            f"peak: {peak:,} tokens/min at {facts['peak_minute']} against {limit:,} TPM ({facts['peak_vs_limit']}x)"
+        )
     else:
         out.append(f"peak: {peak:,} tokens/min at {facts['peak_minute']} (TPM limit unknown: pass --tpm-limit)")
     minutes = [m for m in facts["minutes"] if m["answers"]]
@@ -34,8 +38,10 @@ def render_analysis(analysis: Analysis, max_minutes: int = 30) -> str:
         scale = max(max(m["offered_tokens"], m["processed_tokens"]) for m in minutes) or 1
         out.append("")
         out.append(f"{'minute':<18} {'answers':>7} {'429':>5} {'429%':>5} {'tokens asked':>12} {'processed':>10}")
-        shown = minutes if len(minutes) <= max_minutes else sorted(
-            sorted(minutes, key=lambda m: -m["throttled"])[:max_minutes], key=lambda m: m["minute"]
+        shown = (
+            minutes
+            if len(minutes) <= max_minutes
+            else sorted(sorted(minutes, key=lambda m: -m["throttled"])[:max_minutes], key=lambda m: m["minute"])
         )
         for m in shown:
             bar = "#" * round(_BAR * max(m["offered_tokens"], m["processed_tokens"]) / scale)

@@ -90,7 +90,9 @@ def throttle_findings(
         kinds = _kind_text([t.limit_kind for t in quota])
         if total is None:
             findings.append(
-                make_finding("AOAI-429-001", f"Azure OpenAI {kinds} exceeded{_where(quota)}{hint_text}", _evidence(quota))
+                make_finding(
+                    "AOAI-429-001", f"Azure OpenAI {kinds} exceeded{_where(quota)}{hint_text}", _evidence(quota)
+                )
             )
         elif total > 0:
             throttled = sum(t.count for t in quota)
@@ -124,7 +126,8 @@ def throttle_findings(
         findings.append(
             make_finding(
                 "AOAI-429-003",
-                f"Azure OpenAI at peak load{_where(capacity)}: {sum(t.count for t in capacity)} capacity 429(s), not the deployment's "
+                f"Azure OpenAI at peak load{_where(capacity)}: {sum(t.count for t in capacity)} capacity 429(s), "
+                "not the deployment's "
                 "quota; retry on another region's deployment, evaluate PTU",
                 _evidence(capacity),
             )

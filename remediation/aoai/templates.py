@@ -63,7 +63,9 @@ def _param(kind: str, description: str, default: Any = None, **extra: Any) -> di
     return out
 
 
-def _criterion(name: str, metric: str, threshold: Any, operator: str, dimensions: list[dict[str, Any]]) -> dict[str, Any]:
+def _criterion(
+    name: str, metric: str, threshold: Any, operator: str, dimensions: list[dict[str, Any]]
+) -> dict[str, Any]:
     return {
         "name": name,
         "criterionType": "StaticThresholdCriterion",
@@ -103,7 +105,11 @@ def _alert(name: str, description: str, criterion: dict[str, Any]) -> dict[str, 
 def metric_alerts_template(settings: AoaiSettings | None = None) -> dict[str, Any]:
     """The ARM template of the two alerts (defaults of ``alertPercent`` etc. from ``settings``)."""
     cfg = settings or AoaiSettings()
-    deployment_dim = {"name": "ModelDeploymentName", "operator": "Include", "values": ["[parameters('deploymentName')]"]}
+    deployment_dim = {
+        "name": "ModelDeploymentName",
+        "operator": "Include",
+        "values": ["[parameters('deploymentName')]"],
+    }
     tokens = _criterion(
         "TokensAbovePercentOfTpm",
         "TokenTransaction",
@@ -130,17 +136,24 @@ def metric_alerts_template(settings: AoaiSettings | None = None) -> dict[str, An
             "deploymentName": _param("string", "The model deployment to watch (ModelDeploymentName)"),
             "tpmLimit": _param("int", "The deployment's tokens-per-minute quota", minValue=1),
             "alertPercent": _param(
-                "int", "Fire when tokens per minute exceed this share of tpmLimit", int(cfg.alert_pct), minValue=1,
+                "int",
+                "Fire when tokens per minute exceed this share of tpmLimit",
+                int(cfg.alert_pct),
+                minValue=1,
                 maxValue=100,
             ),
             "windowMinutes": _param(
-                "int", "Evaluation window in minutes (evaluated every minute)", cfg.alert_window_minutes,
+                "int",
+                "Evaluation window in minutes (evaluated every minute)",
+                cfg.alert_window_minutes,
                 allowedValues=[1, 5, 15, 30],
             ),
-            "count429": _param("int", "Fire at this many HTTP 429 answers in the window", cfg.alert_429_count,
-                               minValue=1),
-            "severity": _param("int", "Alert severity, 0 (critical) to 4 (verbose)", cfg.alert_severity,
-                               allowedValues=[0, 1, 2, 3, 4]),
+            "count429": _param(
+                "int", "Fire at this many HTTP 429 answers in the window", cfg.alert_429_count, minValue=1
+            ),
+            "severity": _param(
+                "int", "Alert severity, 0 (critical) to 4 (verbose)", cfg.alert_severity, allowedValues=[0, 1, 2, 3, 4]
+            ),
             "actionGroupId": _param("string", "Resource ID of the action group to notify (empty: none)", ""),
         },
         "variables": {},

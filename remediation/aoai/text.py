@@ -1,4 +1,4 @@
-"""Pasted Azure OpenAI 429 text (an SDK exception, a JSON body, a header dump, an httpcore trace) → :class:`RateLimitText`.
+"""Pasted Azure OpenAI 429 text (SDK exception, JSON body, header dump, httpcore trace) → :class:`RateLimitText`.
 
 Field text reaches us in many wrappings: a JSON body, a Python ``repr`` of it (single quotes), JSON escaped inside
 a JSON string (``\\"``), a LiteLLM message with literal ``\\n``, a .NET exception, a JavaScript object dump of the
@@ -58,20 +58,26 @@ _OTHER_SERVICE = re.compile(
 )
 _CLASSIC = re.compile(
     r"Requests to the\s+(?P<op>[A-Za-z_]+)\s+Operation under Azure OpenAI API"
-    r"(?:\s+version\s+(?P<ver>[0-9A-Za-z._-]+))?\s+have exceeded\s+(?:the\s+)?(?P<kind>token|call|request)s?\s+rate limit"
+    r"(?:\s+version\s+(?P<ver>[0-9A-Za-z._-]+))?\s+have exceeded\s+(?:the\s+)?"
+    r"(?P<kind>token|call|request)s?\s+rate limit"
     r"(?:\s+(?:of|for)\s+your current\s+(?P<tier>[A-Za-z0-9 ]+?)\s+pricing tier)?",
     _I,
 )
 _NEWER = re.compile(
-    r"Your requests to\s+(?P<model>[^\s'\"]+)\s+for\s+(?P<dep>[^\s'\"]+)\s+in\s+(?P<region>[A-Za-z0-9 ]+?)\s+have exceeded"
+    r"Your requests to\s+(?P<model>[^\s'\"]+)\s+for\s+(?P<dep>[^\s'\"]+)\s+in\s+(?P<region>[A-Za-z0-9 ]+?)"
+    r"\s+have exceeded"
     r"\s+(?:the\s+)?(?P<kind>token|call|request)s?\s+rate limit"
     r"(?:\s+(?:of|for)\s+your current\s+(?P<tier>[A-Za-z0-9 ]+?)\s+pricing tier)?",
     _I,
 )
 _OPERATION = re.compile(r"(?:This request was for|Requests to the)\s+(?P<op>[A-Za-z]+_[A-Za-z]+)", _I)
-_API_VERSION = re.compile(r"API version\s+(?P<ver>[0-9]{4}-[0-9]{2}-[0-9]{2}(?:-preview)?)|api-version=([0-9A-Za-z.-]+)", _I)
+_API_VERSION = re.compile(
+    r"API version\s+(?P<ver>[0-9]{4}-[0-9]{2}-[0-9]{2}(?:-preview)?)|api-version=([0-9A-Za-z.-]+)", _I
+)
 _KIND_TOKENS = re.compile(r"token rate limit|tokens per minute|\bTPM\b|DeploymentRatelimit-Token", _I)
-_KIND_REQUESTS = re.compile(r"call rate limit|request rate limit|requests per minute|\bRPM\b|DeploymentRatelimit-Call", _I)
+_KIND_REQUESTS = re.compile(
+    r"call rate limit|request rate limit|requests per minute|\bRPM\b|DeploymentRatelimit-Call", _I
+)
 _CAPACITY = re.compile(
     r"high demand|peak load|currently overloaded|NoCapacity|capacity (?:is )?(?:exceeded|unavailable)|"
     r"server is (?:busy|overloaded)",
@@ -113,7 +119,25 @@ class RateLimitText:
 
 
 _EMPTY = RateLimitText(
-    False, None, None, None, "unknown", None, None, None, None, None, None, None, None, False, None, None, None, None, ()
+    False,
+    None,
+    None,
+    None,
+    "unknown",
+    None,
+    None,
+    None,
+    None,
+    None,
+    None,
+    None,
+    None,
+    False,
+    None,
+    None,
+    None,
+    None,
+    (),
 )
 
 

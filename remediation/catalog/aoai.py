@@ -76,10 +76,10 @@ ENTRIES: tuple[CatalogEntry, ...] = (
         "cool the deployment for the hinted time and send to the next one (remediation.aoai client); check the "
         "quota of the deployment in the Azure portal",
         _rb(
-            root_cause=_ROOT_CAUSE + " A 429 that says \"retry after 86400 seconds\" is a known, misleading answer "
+            root_cause=_ROOT_CAUSE + ' A 429 that says "retry after 86400 seconds" is a known, misleading answer '
             "(users report their real limit was per minute): a client that obeys it sleeps a day, one that caps it "
             "and retries hammers a deployment that keeps refusing.",
-            resolution="1. Treat a hint above the cap (60 s) as \"this deployment is unavailable\": cool it for the "
+            resolution='1. Treat a hint above the cap (60 s) as "this deployment is unavailable": cool it for the '
             "hinted time and send the request to the next deployment (remediation.aoai does)\n"
             "2. Keep a second deployment in another region so there is a next one\n"
             "3. Check the deployment's quota and the subscription's regional quota; raise it at "
@@ -93,8 +93,8 @@ ENTRIES: tuple[CatalogEntry, ...] = (
         "Azure OpenAI at peak load (capacity 429): the service's capacity, not the deployment's quota",
         "retry after the hint on another region's deployment; evaluate provisioned throughput (PTU)",
         _rb(
-            root_cause="The region's shared capacity is exhausted (\"high demand\", \"exceeds the maximum usage size "
-            "allowed during peak load\"): every Standard deployment there is affected, whatever its quota.",
+            root_cause='The region\'s shared capacity is exhausted ("high demand", "exceeds the maximum usage size '
+            'allowed during peak load"): every Standard deployment there is affected, whatever its quota.',
             resolution="1. Honour the Retry-After and send to a deployment in another region\n"
             "2. Evaluate provisioned throughput (PTU), which reserves capacity",
         ),

@@ -19,8 +19,9 @@ from remediation.aoai.records import JsonLinesSink, RequestRecord
 
 W = 2.0  # the stand-in's minute
 V = "2024-10-21"
-CONFIG = ClientConfig(tpm_window_s=W, rpm_window_s=W / 6, retry_after_cap_s=W + 1, backoff_base_s=0.2,
-                      backoff_max_s=1.0, deadline_s=15.0)
+CONFIG = ClientConfig(
+    tpm_window_s=W, rpm_window_s=W / 6, retry_after_cap_s=W + 1, backoff_base_s=0.2, backoff_max_s=1.0, deadline_s=15.0
+)
 
 
 @pytest.fixture(scope="module")
@@ -50,14 +51,20 @@ def chat(max_tokens: int, content: str = "hello there") -> dict[str, object]:
 
 def deps(svc: FakeAzureOpenAI, *names: str, priorities: tuple[int, ...] = ()) -> list[Deployment]:
     tpm = {"primary": 3000, "overflow": 2000, "nohint": 1000}
-    return [Deployment(n, svc.url, tpm[n], rpm=600, priority=(priorities[i] if priorities else 1))
-            for i, n in enumerate(names)]
+    return [
+        Deployment(n, svc.url, tpm[n], rpm=600, priority=(priorities[i] if priorities else 1))
+        for i, n in enumerate(names)
+    ]
 
 
 def hog(svc: FakeAzureOpenAI, deployment: str, tokens: int) -> None:
     """Another application spends ``tokens`` of the deployment's minute (the client cannot see it)."""
-    answer = httpx.post(f"{svc.url}/openai/deployments/{deployment}/chat/completions?api-version={V}",
-                        json=chat(tokens - 8, "x"), headers={"api-key": "k"}, timeout=10)  # prompt: 8 tokens
+    answer = httpx.post(
+        f"{svc.url}/openai/deployments/{deployment}/chat/completions?api-version={V}",
+        json=chat(tokens - 8, "x"),
+        headers={"api-key": "k"},
+        timeout=10,
+    )  # prompt: 8 tokens
     assert answer.status_code == 200
 
 
@@ -84,7 +91,9 @@ def test_httpx_alone_routes_to_the_pool_and_logs_tokens(fresh: FakeAzureOpenAI, 
     assert record.est_prompt_tokens == usage["prompt_tokens"]  # tiktoken cl100k offline, as the stand-in counts
     assert (record.est_max_tokens, record.est_tokens) == (50, usage["total_tokens"])
     assert (record.prompt_tokens, record.completion_tokens, record.total_tokens) == (
-        usage["prompt_tokens"], 50, usage["total_tokens"]
+        usage["prompt_tokens"],
+        50,
+        usage["total_tokens"],
     )
     assert "k" not in record.to_dict().values()  # no key in the record
 
@@ -116,8 +125,9 @@ def test_queue_keeps_a_burst_under_the_limits(fresh: FakeAzureOpenAI) -> None:
     def worker(n: int) -> None:
         for i in range(6):
             try:
-                client.chat.completions.create(model="m", messages=[{"role": "user", "content": f"q{n}-{i} " * 20}],
-                                               max_tokens=150)
+                client.chat.completions.create(
+                    model="m", messages=[{"role": "user", "content": f"q{n}-{i} " * 20}], max_tokens=150
+                )
             except Exception as exc:  # collected: the assertion below names it
                 errors.append(exc)
 

@@ -29,14 +29,22 @@ def test_scene_shows_what_it_should(tmp_path: Path) -> None:
 
 
 def invoke(*args: str, stdin: str | None = None) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([*INVOKE, *args], cwd=ROOT, input=stdin, capture_output=True, text=True, timeout=60,
-                          check=False)
+    return subprocess.run(
+        [*INVOKE, *args], cwd=ROOT, input=stdin, capture_output=True, text=True, timeout=60, check=False
+    )
 
 
 def test_aoai_diagnose_task(tmp_path: Path) -> None:
     log = tmp_path / "requests.jsonl"
-    lines = [{"ts": 1_721_030_400 + i, "status": 429 if i % 2 else 200, "usage": {"total_tokens": 3000},
-              "headers": {"retry-after": "31"}} for i in range(40)]
+    lines = [
+        {
+            "ts": 1_721_030_400 + i,
+            "status": 429 if i % 2 else 200,
+            "usage": {"total_tokens": 3000},
+            "headers": {"retry-after": "31"},
+        }
+        for i in range(40)
+    ]
     log.write_text("\n".join(json.dumps(x) for x in lines))
     done = invoke("aoai.diagnose", str(log), "--tpm-limit", "80000", "--format", "json")
     assert done.returncode == 1, done.stderr
@@ -51,27 +59,39 @@ def test_aoai_diagnose_task(tmp_path: Path) -> None:
 
 def test_alerts_and_apim_tasks(tmp_path: Path) -> None:
     out = tmp_path / "alerts.parameters.json"
-    done = invoke("aoai.alerts", "--account-id", ACCOUNT, "--deployment", "gpt-4o-prod", "--tpm-limit", "80000",
-                  "--out", str(out))
+    done = invoke(
+        "aoai.alerts", "--account-id", ACCOUNT, "--deployment", "gpt-4o-prod", "--tpm-limit", "80000", "--out", str(out)
+    )
     assert done.returncode == 0, done.stderr
     assert json.loads(out.read_text())["parameters"]["tpmLimit"]["value"] == 80000
     assert "templates/azure/aoai-metric-alerts.json" in done.stderr
     refused = invoke("aoai.alerts", "--account-id", "nope", "--deployment", "d", "--tpm-limit", "1")
     assert refused.returncode == 2 and refused.stderr.startswith("error: --account-id 'nope'")
-    apim = invoke("aoai.apim", "--apim", "apim-prod", "--primary-url", "https://a.openai.azure.com/openai",
-                  "--secondary-url", "https://b.openai.azure.com/openai")
+    apim = invoke(
+        "aoai.apim",
+        "--apim",
+        "apim-prod",
+        "--primary-url",
+        "https://a.openai.azure.com/openai",
+        "--secondary-url",
+        "https://b.openai.azure.com/openai",
+    )
     assert apim.returncode == 0 and json.loads(apim.stdout)["parameters"]["apimServiceName"]["value"] == "apim-prod"
 
 
 def test_invoke_diagnose_kind_aoai_429() -> None:
-    pasted = ("openai.RateLimitError: Error code: 429 - {'error': {'code': '429', 'message': 'Requests to the "
-              "ChatCompletions_Create Operation under Azure OpenAI API version 2024-10-21 have exceeded token rate "
-              "limit of your current OpenAI S0 pricing tier. Please retry after 86400 seconds.'}}")
+    pasted = (
+        "openai.RateLimitError: Error code: 429 - {'error': {'code': '429', 'message': 'Requests to the "
+        "ChatCompletions_Create Operation under Azure OpenAI API version 2024-10-21 have exceeded token rate "
+        "limit of your current OpenAI S0 pricing tier. Please retry after 86400 seconds.'}}"
+    )
     done = invoke("diagnose", "-", "--format", "json", stdin=pasted)
     assert done.returncode == 1
     doc = json.loads(done.stdout)
     assert doc["kind"] == "aoai-429"
     assert (doc["facts"]["retry_after_seconds"], doc["facts"]["limit_kind"], doc["facts"]["deployment"]) == (
-        86400.0, "tokens", None
+        86400.0,
+        "tokens",
+        None,
     )
     assert {f["id"] for f in doc["findings"]} == {"AOAI-429-001", "AOAI-429-002"}

@@ -25,10 +25,16 @@ def svc() -> Iterator[FakeAzureOpenAI]:
         yield service
 
 
-def post(svc: FakeAzureOpenAI, deployment: str, body: object, key: str = "k", version: str | None = V) -> httpx.Response:
+def post(
+    svc: FakeAzureOpenAI, deployment: str, body: object, key: str = "k", version: str | None = V
+) -> httpx.Response:
     query = f"?api-version={version}" if version else ""
-    return httpx.post(f"{svc.url}/openai/deployments/{deployment}/chat/completions{query}", json=body,
-                      headers={"api-key": key}, timeout=10)
+    return httpx.post(
+        f"{svc.url}/openai/deployments/{deployment}/chat/completions{query}",
+        json=body,
+        headers={"api-key": key},
+        timeout=10,
+    )
 
 
 def chat(max_tokens: int, content: str = "hello") -> dict[str, object]:
@@ -53,8 +59,10 @@ def test_token_limit_is_charged_at_admission_as_prompt_plus_max_tokens(svc: Fake
     seconds = int(second.headers["retry-after"])
     assert 1 <= seconds <= 12 and 0 < int(second.headers["retry-after-ms"]) <= 12_000
     message = second.json()["error"]["message"]
-    assert message.startswith("Requests to the ChatCompletions_Create Operation under Azure OpenAI API version "
-                              f"{V} have exceeded token rate limit of your current OpenAI S0 pricing tier.")
+    assert message.startswith(
+        "Requests to the ChatCompletions_Create Operation under Azure OpenAI API version "
+        f"{V} have exceeded token rate limit of your current OpenAI S0 pricing tier."
+    )
     parsed = text.parse(second.text)
     assert (parsed.limit_kind, parsed.retry_after_seconds) == ("tokens", float(seconds))
     assert [a.admitted for a in svc.arrivals_of("tok")] == [True, False]  # a refused request is not charged

@@ -18,8 +18,19 @@ S = AoaiSettings()
 
 
 def client_record(ts: float, **kw: Any) -> str:
-    base = {"kind": "aoai-request", "ts": ts, "request_id": "r", "deployment": "gpt-4o-prod", "status": 200,
-            "outcome": "ok", "attempts": 1, "throttled": 0, "hints_s": [], "est_tokens": 1000, "total_tokens": 900}
+    base = {
+        "kind": "aoai-request",
+        "ts": ts,
+        "request_id": "r",
+        "deployment": "gpt-4o-prod",
+        "status": 200,
+        "outcome": "ok",
+        "attempts": 1,
+        "throttled": 0,
+        "hints_s": [],
+        "est_tokens": 1000,
+        "total_tokens": 900,
+    }
     base.update(kw)
     return json.dumps(base)
 
@@ -39,8 +50,14 @@ def test_a_storm_in_a_response_log() -> None:
         for i in range(answers):
             ts = T0 + minute * 60 + i * 60 / answers
             if minute == 1 and i >= 110:  # what does not fit in 80K TPM is refused
-                lines.append(response(ts, 429, headers={"retry-after-ms": "31000", "policy-id":
-                                      "DeploymentRatelimit-Token"}, error={"message": "exceeded token rate limit"}))
+                lines.append(
+                    response(
+                        ts,
+                        429,
+                        headers={"retry-after-ms": "31000", "policy-id": "DeploymentRatelimit-Token"},
+                        error={"message": "exceeded token rate limit"},
+                    )
+                )
             else:
                 lines.append(response(ts, 200, 700))
     result = analyse("\n".join(lines), S, tpm_limit=80_000)
@@ -67,7 +84,10 @@ def test_client_records_storm_and_huge_hint() -> None:
     facts = result.facts
     assert (facts["answers"], facts["throttled"], facts["client_records"], facts["skipped_lines"]) == (35, 20, 15, 1)
     assert facts["retry_after"]["histogram"] == {
-        "slightly over the limit": 10, "over the limit": 0, "far over the limit": 0, "above the cap": 10
+        "slightly over the limit": 10,
+        "over the limit": 0,
+        "far over the limit": 0,
+        "above the cap": 10,
     }
     ids = {f.id: f for f in result.findings}
     assert ids["AOAI-429-001"].severity.value == "critical"  # 57%: a storm
@@ -84,9 +104,17 @@ def test_sustained_load_recommends_ptu() -> None:
 
 
 def test_deployment_filter_and_iso_times() -> None:
-    lines = [json.dumps({"timestamp": "2024-07-15T08:00:05Z", "status_code": 429, "deployment": "other"}),
-             json.dumps({"timestamp": "2024-07-15T08:00:06+00:00", "statusCode": 200, "deployment": "mine",
-                         "usage": {"total_tokens": 10}})]
+    lines = [
+        json.dumps({"timestamp": "2024-07-15T08:00:05Z", "status_code": 429, "deployment": "other"}),
+        json.dumps(
+            {
+                "timestamp": "2024-07-15T08:00:06+00:00",
+                "statusCode": 200,
+                "deployment": "mine",
+                "usage": {"total_tokens": 10},
+            }
+        ),
+    ]
     result = analyse("\n".join(lines), S, deployment="mine")
     assert (result.facts["answers"], result.facts["throttled"]) == (1, 0)
     assert not result.findings
@@ -95,32 +123,55 @@ def test_deployment_filter_and_iso_times() -> None:
 def metric(name: str, points: list[tuple[int, float]], **dims: str) -> dict[str, Any]:
     return {
         "id": f"/subscriptions/s/resourceGroups/rg/providers/Microsoft.CognitiveServices/accounts/a/providers/"
-              f"Microsoft.Insights/metrics/{name}",
+        f"Microsoft.Insights/metrics/{name}",
         "type": "Microsoft.Insights/metrics",
         "name": {"value": name, "localizedValue": name},
         "unit": "Count",
-        "timeseries": [{
-            "metadatavalues": [{"name": {"value": k.lower(), "localizedValue": k}, "value": v} for k, v in dims.items()],
-            "data": [{"timeStamp": f"2024-07-15T08:{m:02d}:00Z", "total": v} for m, v in points],
-        }],
+        "timeseries": [
+            {
+                "metadatavalues": [
+                    {"name": {"value": k.lower(), "localizedValue": k}, "value": v} for k, v in dims.items()
+                ],
+                "data": [{"timeStamp": f"2024-07-15T08:{m:02d}:00Z", "total": v} for m, v in points],
+            }
+        ],
         "errorCode": "Success",
     }
 
 
 def test_azure_monitor_export() -> None:
     export = {
-        "cost": 120, "timespan": "2024-07-15T08:00:00Z/2024-07-15T08:10:00Z", "interval": "PT1M",
-        "namespace": "Microsoft.CognitiveServices/accounts", "resourceregion": "eastus",
+        "cost": 120,
+        "timespan": "2024-07-15T08:00:00Z/2024-07-15T08:10:00Z",
+        "interval": "PT1M",
+        "namespace": "Microsoft.CognitiveServices/accounts",
+        "resourceregion": "eastus",
         "value": [
-            metric("TokenTransaction", [(m, 79_000.0 if 2 <= m <= 5 else 20_000.0) for m in range(10)],
-                   ModelDeploymentName="gpt-4o-prod"),
-            {**metric("AzureOpenAIRequests", [(m, 100.0) for m in range(10)], StatusCode="200",
-                      ModelDeploymentName="gpt-4o-prod"),
-             },
-            metric("AzureOpenAIRequests", [(m, 60.0) for m in range(2, 6)], StatusCode="429",
-                   ModelDeploymentName="gpt-4o-prod"),
-            metric("AzureOpenAIRequests", [(m, 999.0) for m in range(10)], StatusCode="429",
-                   ModelDeploymentName="someone-else"),
+            metric(
+                "TokenTransaction",
+                [(m, 79_000.0 if 2 <= m <= 5 else 20_000.0) for m in range(10)],
+                ModelDeploymentName="gpt-4o-prod",
+            ),
+            {
+                **metric(
+                    "AzureOpenAIRequests",
+                    [(m, 100.0) for m in range(10)],
+                    StatusCode="200",
+                    ModelDeploymentName="gpt-4o-prod",
+                ),
+            },
+            metric(
+                "AzureOpenAIRequests",
+                [(m, 60.0) for m in range(2, 6)],
+                StatusCode="429",
+                ModelDeploymentName="gpt-4o-prod",
+            ),
+            metric(
+                "AzureOpenAIRequests",
+                [(m, 999.0) for m in range(10)],
+                StatusCode="429",
+                ModelDeploymentName="someone-else",
+            ),
         ],
     }
     result = analyse(json.dumps(export), S, tpm_limit=80_000, deployment="gpt-4o-prod")
@@ -133,9 +184,9 @@ def test_azure_monitor_export() -> None:
 
 
 def test_bad_inputs_name_the_source() -> None:
-    with pytest.raises(AoaiError, match="log.jsonl: nothing to diagnose"):
+    with pytest.raises(AoaiError, match=r"log\.jsonl: nothing to diagnose"):
         analyse("  ", S, source="log.jsonl")
-    with pytest.raises(AoaiError, match="log.jsonl: no request records"):
+    with pytest.raises(AoaiError, match=r"log\.jsonl: no request records"):
         analyse("hello\nworld", S, source="log.jsonl")
     with pytest.raises(AoaiError, match="without TokenTransaction"):
         analyse(json.dumps({"value": [metric("Latency", [(0, 1.0)])]}), S, source="m.json")

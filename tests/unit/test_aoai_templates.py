@@ -42,14 +42,17 @@ def test_apim_pool_with_circuit_breakers_honouring_retry_after() -> None:
     backends = [r for r in doc["resources"] if r["type"].endswith("/backends")]
     breakers = [b["properties"]["circuitBreaker"]["rules"][0] for b in backends if "circuitBreaker" in b["properties"]]
     assert len(breakers) == 2
-    assert all(rule["acceptRetryAfter"] and {"min": 429, "max": 429} in rule["failureCondition"]["statusCodeRanges"]
-               for rule in breakers)
+    assert all(
+        rule["acceptRetryAfter"] and {"min": 429, "max": 429} in rule["failureCondition"]["statusCodeRanges"]
+        for rule in breakers
+    )
     pool = next(b for b in backends if b["properties"].get("type") == "Pool")
     assert [(s["id"], s["priority"]) for s in pool["properties"]["pool"]["services"]] == [
-        ("/backends/aoai-primary", 1), ("/backends/aoai-secondary", 2)
+        ("/backends/aoai-primary", 1),
+        ("/backends/aoai-secondary", 2),
     ]
     policy = next(r for r in doc["resources"] if r["type"].endswith("/policies"))["properties"]
-    root = ET.fromstring(policy["value"])  # well-formed XML
+    root = ET.fromstring(policy["value"])  # noqa: S314 - our own generated XML, checked to be well-formed
     assert root.find("inbound/set-backend-service").get("backend-id") == "aoai-pool"  # type: ignore[union-attr]
     assert "429" in root.find("backend/retry").get("condition")  # type: ignore[union-attr,operator]
 
@@ -63,7 +66,9 @@ def test_parameters_and_their_validation() -> None:
         templates.alert_parameters(ACCOUNT, "d", 0)
     with pytest.raises(TemplateError, match="--deployment"):
         templates.alert_parameters(ACCOUNT, "bad name'", 10)
-    apim = templates.apim_parameters("apim-prod", "https://a.openai.azure.com/openai", "https://b.openai.azure.com/openai")
+    apim = templates.apim_parameters(
+        "apim-prod", "https://a.openai.azure.com/openai", "https://b.openai.azure.com/openai"
+    )
     assert apim["parameters"]["secondaryUrl"]["value"].startswith("https://b.")
     with pytest.raises(TemplateError, match="same"):
         templates.apim_parameters("apim", "https://a.x/openai", "https://a.x/openai/")

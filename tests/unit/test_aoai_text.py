@@ -20,19 +20,53 @@ BLOCKS: dict[str, list[str]] = _load() if CORPUS.exists() else {}
 
 # what the corpus's "Facts:" lines state for each §5 sample (limit_kind in the issue's words)
 FACTS: dict[str, dict[str, object]] = {
-    "5.2": {"retry_after_seconds": None, "limit_kind": "tokens", "deployment": None, "reset_tokens_seconds": 55.0,
-            "region": "West US", "policy_id": "DeploymentRatelimit-Token"},
-    "5.4": {"retry_after_seconds": 86400.0, "limit_kind": "requests", "deployment": None,
-            "operation": "Embeddings_Create", "api_version": "2024-02-15-preview", "tier": "OpenAI S0"},
-    "5.6": {"retry_after_seconds": 2.0, "limit_kind": "requests", "deployment": "text-embedding-3-small",
-            "model": "text-embedding-3-small", "region": "East US 2", "operation": "Embeddings_Create",
-            "api_version": "2024-12-01-preview", "error_code": "RateLimitReached"},
-    "5.8": {"retry_after_seconds": 86400.0, "limit_kind": "tokens", "deployment": None,
-            "operation": "ChatCompletions_Create", "api_version": "2023-05-15", "tier": "AIServices S0"},
-    "5.10": {"retry_after_seconds": 86400.0, "limit_kind": "tokens", "deployment": None,
-             "api_version": "2024-08-01-preview"},
-    "5.12": {"retry_after_seconds": 54.0, "limit_kind": "requests", "deployment": None,
-             "operation": "Embeddings_Create", "api_version": "2023-06-01-preview"},
+    "5.2": {
+        "retry_after_seconds": None,
+        "limit_kind": "tokens",
+        "deployment": None,
+        "reset_tokens_seconds": 55.0,
+        "region": "West US",
+        "policy_id": "DeploymentRatelimit-Token",
+    },
+    "5.4": {
+        "retry_after_seconds": 86400.0,
+        "limit_kind": "requests",
+        "deployment": None,
+        "operation": "Embeddings_Create",
+        "api_version": "2024-02-15-preview",
+        "tier": "OpenAI S0",
+    },
+    "5.6": {
+        "retry_after_seconds": 2.0,
+        "limit_kind": "requests",
+        "deployment": "text-embedding-3-small",
+        "model": "text-embedding-3-small",
+        "region": "East US 2",
+        "operation": "Embeddings_Create",
+        "api_version": "2024-12-01-preview",
+        "error_code": "RateLimitReached",
+    },
+    "5.8": {
+        "retry_after_seconds": 86400.0,
+        "limit_kind": "tokens",
+        "deployment": None,
+        "operation": "ChatCompletions_Create",
+        "api_version": "2023-05-15",
+        "tier": "AIServices S0",
+    },
+    "5.10": {
+        "retry_after_seconds": 86400.0,
+        "limit_kind": "tokens",
+        "deployment": None,
+        "api_version": "2024-08-01-preview",
+    },
+    "5.12": {
+        "retry_after_seconds": 54.0,
+        "limit_kind": "requests",
+        "deployment": None,
+        "operation": "Embeddings_Create",
+        "api_version": "2023-06-01-preview",
+    },
     "5.14": {"retry_after_seconds": 40.0, "limit_kind": "unknown", "deployment": None},
     "5.16": {"retry_after_seconds": 20.0, "limit_kind": "unknown", "deployment": None, "capacity": True},
 }
@@ -86,24 +120,53 @@ def test_other_kinds_text_is_not_taken(section: str) -> None:
     ("sample", "seconds", "source", "kind", "deployment"),
     [
         # headers beat the body; retry-after-ms beats retry-after (a JS object dump of headers)
-        ("status: 429,\n'retry-after-ms': '1500',\n'retry-after': '2',\nmessage: 'Please retry after 7 seconds.'"
-         " Azure OpenAI", 1.5, "retry-after-ms", "unknown", None),
-        ('HTTP/1.1 429 Too Many Requests\r\nRetry-After: 6\r\npolicy-id: DeploymentRatelimit-Call\r\n\r\n'
-         '{"error":{"code":"429","message":"Requests to the ChatCompletions_Create Operation under Azure OpenAI API '
-         'version 2024-10-21 have exceeded call rate limit of your current OpenAI S0 pricing tier. Please retry after '
-         '9 seconds."}}', 6.0, "retry-after", "requests", None),
-        ("POST https://x.openai.azure.com/openai/deployments/gpt-4o-prod/chat/completions?api-version=2024-10-21 429\n"
-         "Retry-After: Wed, 21 Oct 2015 07:28:30 GMT\nDate: Wed, 21 Oct 2015 07:28:00 GMT\n"
-         "exceeded token rate limit", 30.0, "http-date", "tokens", "gpt-4o-prod"),
-        ("openai.RateLimitError: Error code: 429 - tokens per minute (TPM) exceeded for deployment_id=chat-eu; "
-         "retry after 12 seconds", 12.0, "body", "tokens", "chat-eu"),
+        (
+            "status: 429,\n'retry-after-ms': '1500',\n'retry-after': '2',\nmessage: 'Please retry after 7 seconds.'"
+            " Azure OpenAI",
+            1.5,
+            "retry-after-ms",
+            "unknown",
+            None,
+        ),
+        (
+            "HTTP/1.1 429 Too Many Requests\r\nRetry-After: 6\r\npolicy-id: DeploymentRatelimit-Call\r\n\r\n"
+            '{"error":{"code":"429","message":"Requests to the ChatCompletions_Create Operation under Azure OpenAI API '
+            "version 2024-10-21 have exceeded call rate limit of your current OpenAI S0 pricing tier. "
+            "Please retry after "
+            '9 seconds."}}',
+            6.0,
+            "retry-after",
+            "requests",
+            None,
+        ),
+        (
+            "POST https://x.openai.azure.com/openai/deployments/gpt-4o-prod/chat/completions"
+            "?api-version=2024-10-21 429\n"
+            "Retry-After: Wed, 21 Oct 2015 07:28:30 GMT\nDate: Wed, 21 Oct 2015 07:28:00 GMT\n"
+            "exceeded token rate limit",
+            30.0,
+            "http-date",
+            "tokens",
+            "gpt-4o-prod",
+        ),
+        (
+            "openai.RateLimitError: Error code: 429 - tokens per minute (TPM) exceeded for deployment_id=chat-eu; "
+            "retry after 12 seconds",
+            12.0,
+            "body",
+            "tokens",
+            "chat-eu",
+        ),
     ],
 )
 def test_variants(sample: str, seconds: float, source: str, kind: str, deployment: str | None) -> None:
     parsed = text.parse(sample)
     assert text.score(sample) > 0
     assert (parsed.retry_after_seconds, parsed.hint_source, parsed.limit_kind, parsed.deployment) == (
-        pytest.approx(seconds), source, kind, deployment
+        pytest.approx(seconds),
+        source,
+        kind,
+        deployment,
     )
 
 
@@ -114,14 +177,26 @@ def test_http_date_without_a_date_header_keeps_the_date_and_no_seconds() -> None
 
 
 def test_newer_wording_with_escaped_json_inside_a_string() -> None:
-    inner = json.dumps({"error": {"code": "RateLimitReached", "message": (
-        "Your requests to gpt-4o for gpt4o-westeu in West Europe have exceeded the token rate limit for your current "
-        "AIServices S0 pricing tier. This request was for ChatCompletions_Create under Azure OpenAI API version "
-        "2024-10-21. Please retry after 5 seconds.")}})
+    inner = json.dumps(
+        {
+            "error": {
+                "code": "RateLimitReached",
+                "message": (
+                    "Your requests to gpt-4o for gpt4o-westeu in West Europe have exceeded the token rate limit "
+                    "for your current AIServices S0 pricing tier. This request was for ChatCompletions_Create "
+                    "under Azure OpenAI API version "
+                    "2024-10-21. Please retry after 5 seconds."
+                ),
+            }
+        }
+    )
     outer = json.dumps({"error": {"message": f"HTTP 429: {inner}", "code": 429}})
     facts = diagnose(outer).facts
     assert (facts["retry_after_seconds"], facts["limit_kind"], facts["deployment"], facts["region"]) == (
-        5.0, "tokens", "gpt4o-westeu", "West Europe"
+        5.0,
+        "tokens",
+        "gpt4o-westeu",
+        "West Europe",
     )
 
 
@@ -130,7 +205,8 @@ REAL = [
     "ChatCompletions_Create Operation under Azure OpenAI API version 2024-08-01-preview have exceeded token rate limit "
     "of your current OpenAI S0 pricing tier. Please retry after 86400 seconds.'}}",
     "Rate limit is exceeded. Try again in 40 seconds.",
-    "(b'retry-after-ms', b'1200'), (b'x-ratelimit-remaining-tokens', b'0'), (b'policy-id', b'DeploymentRatelimit-Token')",
+    "(b'retry-after-ms', b'1200'), (b'x-ratelimit-remaining-tokens', b'0'), "
+    "(b'policy-id', b'DeploymentRatelimit-Token')",
     "'retry-after': '5',",
     "Retry-After: Wed, 21 Oct 2015 07:28:00 GMT",
     "/openai/deployments/gpt-4o/chat/completions",
