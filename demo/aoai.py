@@ -53,6 +53,7 @@ def _config() -> ClientConfig:
         backoff_base_s=0.05,
         backoff_max_s=1.0,
         deadline_s=20 * WINDOW_S,
+        admission_lag_s=0.3,  # real seconds from sending to the stand-in's admission on a shared machine
     )
 
 
@@ -110,8 +111,7 @@ def run(ctx: SceneContext) -> bool:
 
         console.print(Rule("3. one 429 pasted into invoke diagnose"))
         sample = next(a for a in answers if a["status"] == 429)
-        retry_after = sample["headers"]["retry-after"]
-        pasted = f"HTTP 429 Too Many Requests\nretry-after: {retry_after}\n{json.dumps(sample['error'])}"
+        pasted = f"openai.RateLimitError: Error code: 429 - {{'error': {sample['error']!r}}}"  # as the SDK prints it
         console.print(pasted, markup=False)
         triage = diagnose(pasted)
         console.print(json.dumps({k: triage.facts[k] for k in ("retry_after_seconds", "limit_kind", "deployment")}))

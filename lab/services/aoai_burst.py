@@ -110,7 +110,8 @@ class ResponseLog:
     """An httpx response hook: one JSON line per answer (``event_hooks={"response": [log]}``).
 
     ``time_scale`` maps the real clock onto the service's: with a 3-second "minute" it is 20, so the log's minutes
-    are the service's minutes and ``invoke aoai.diagnose`` compares them with the per-minute limit.
+    are the service's minutes and ``invoke aoai.diagnose`` compares them with the per-minute limit; the
+    ``retry-after``/``retry-after-ms`` values are scaled the same way (the body's wording is kept as sent).
     """
 
     _KEEP = (
@@ -130,6 +131,11 @@ class ResponseLog:
         self._lock = threading.Lock()
         self.path.write_text("", encoding="utf-8")
 
+    def _scaled(self, name: str, value: str) -> str:
+        if name in ("retry-after", "retry-after-ms") and value.isdigit():
+            return str(round(int(value) * self.time_scale))
+        return value
+
     def __call__(self, response: httpx.Response) -> None:
         response.read()
         try:
@@ -142,7 +148,7 @@ class ResponseLog:
             "ts": self.epoch + (time.monotonic() - self._start) * self.time_scale,
             "status": response.status_code,
             "deployment": deployment,
-            "headers": {k: response.headers[k] for k in self._KEEP if k in response.headers},
+            "headers": {k: self._scaled(k, response.headers[k]) for k in self._KEEP if k in response.headers},
             "usage": body.get("usage") if isinstance(body, dict) else None,
             "error": body.get("error") if isinstance(body, dict) and response.status_code >= 400 else None,
         }

@@ -6,9 +6,10 @@ Azure charges every request against the deployment's tokens-per-minute limit whe
 says how long a request must wait before both would accept it. Pure: time is passed in (seconds on any monotonic
 clock), so tests drive minute windows with a virtual clock.
 
-The client's view of a window is kept a little stricter than the server's: a charge is released ``margin`` after
-its window (the server sees a request slightly after the client sends it), and ``headroom`` (< 1) leaves a share of
-the limit for estimate errors.
+The client's view of a window is kept a little stricter than the server's: a charge is released ``lag_s`` after
+its window (the server admits a request some time after the client sends it: network, load balancers, a busy
+machine; a charge released exactly one window after sending would be released before the server releases it), and
+``headroom`` (< 1) leaves a share of the limit for estimate errors.
 """
 
 from __future__ import annotations
@@ -78,7 +79,7 @@ class Limits:
     tpm_window_s: float = 60.0
     rpm_window_s: float = 10.0  # Azure checks RPM/6 per 10 seconds
     headroom: float = 1.0
-    margin: float = 0.0  # fraction of each window a charge is held past it
+    lag_s: float = 0.0  # seconds a charge is held past each window
 
 
 class Admission:
@@ -88,12 +89,12 @@ class Admission:
         rpm_share = limits.rpm * limits.rpm_window_s / limits.tpm_window_s  # RPM/6 for 10 s of a 60 s minute
         self.limits = limits
         self.tokens = SlidingWindow(
-            limits.tpm * limits.headroom, limits.tpm_window_s, limits.tpm_window_s * limits.margin
+            limits.tpm * limits.headroom, limits.tpm_window_s, limits.lag_s
         )
         self.requests = SlidingWindow(
             max(1.0, math.floor(rpm_share * limits.headroom + 1e-9)),
             limits.rpm_window_s,
-            limits.rpm_window_s * limits.margin,
+            limits.lag_s,
         )
 
     def fits_ever(self, tokens: float) -> bool:

@@ -218,9 +218,7 @@ def _requests(
             body_text = body if isinstance(body, str) else json.dumps(body) if body is not None else ""
             found = retry_hint(headers, body_text)
             parsed = text_mod.parse(body_text + "\n" + "\n".join(f"{k}: {v}" for k, v in headers.items()))
-            evidence = parsed.message or f"HTTP 429 at {_label(int(entry['_ts'] // 60))}"
-            if found is not None:
-                evidence += f" (Retry-After {found.seconds:g} s from {found.source})"
+            evidence = parsed.message or "HTTP 429" + (f" (policy-id {parsed.policy_id})" if parsed.policy_id else "")
             throttles.append(
                 Throttle(
                     found.seconds if found else None,

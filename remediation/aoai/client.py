@@ -106,7 +106,8 @@ class ClientConfig:
     tpm_window_s: float = 60.0  # Azure's TPM window: a rolling minute
     rpm_window_s: float = 10.0  # Azure checks RPM/6 per 10 seconds
     headroom: float = 0.97  # share of each limit the queue fills
-    window_margin: float = 0.02  # a charge is held this fraction of its window longer than the server holds it
+    admission_lag_s: float = 0.5  # a charge is held this long past its window: the time a request may take to
+    # reach Azure's admission after it is sent (a real-time figure: keep it when the windows are scaled down)
     default_max_tokens: int = 4096  # charged when a request sets no max_tokens (set it: it is the charge)
     token_encoding: str = OFFLINE_ENCODING
     sync_remaining: bool = True  # follow x-ratelimit-remaining-tokens (other clients on the same deployment)
@@ -114,6 +115,8 @@ class ClientConfig:
     def __post_init__(self) -> None:
         if not 0 < self.headroom <= 1:
             raise UsageError(f"headroom {self.headroom}: a share of the limit in (0, 1]")
+        if self.admission_lag_s < 0:
+            raise UsageError(f"admission_lag_s {self.admission_lag_s}: seconds, 0 or more")
         if self.max_attempts < 1 or self.deadline_s <= 0 or self.tpm_window_s <= 0 or self.rpm_window_s <= 0:
             raise UsageError("max_attempts, deadline_s and the windows must be positive")
 
@@ -130,7 +133,7 @@ class _State:
                 tpm_window_s=config.tpm_window_s,
                 rpm_window_s=config.rpm_window_s,
                 headroom=config.headroom,
-                margin=config.window_margin,
+                lag_s=config.admission_lag_s,
             )
         )
         self.paused_until = 0.0  # a hint within the cap, or a backoff

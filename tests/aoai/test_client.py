@@ -20,7 +20,13 @@ from remediation.aoai.records import JsonLinesSink, RequestRecord
 W = 2.0  # the stand-in's minute
 V = "2024-10-21"
 CONFIG = ClientConfig(
-    tpm_window_s=W, rpm_window_s=W / 6, retry_after_cap_s=W + 1, backoff_base_s=0.2, backoff_max_s=1.0, deadline_s=15.0
+    tpm_window_s=W,
+    rpm_window_s=W / 6,
+    retry_after_cap_s=W + 1,
+    backoff_base_s=0.2,
+    backoff_max_s=1.0,
+    deadline_s=15.0,
+    admission_lag_s=0.5,  # real seconds from sending to the stand-in's admission, generous: a shared, loaded machine
 )
 
 

@@ -51,7 +51,7 @@ def test_tpm_charge_is_prompt_plus_max_tokens_per_rolling_minute() -> None:
 
 
 def _pool(*deployments: Deployment, **config: float) -> Pool:
-    return Pool(list(deployments), ClientConfig(headroom=1.0, window_margin=0.0, **config), random.Random(1))  # noqa: S311 - deterministic jitter for the test
+    return Pool(list(deployments), ClientConfig(headroom=1.0, admission_lag_s=0.0, **config), random.Random(1))  # noqa: S311 - deterministic jitter for the test
 
 
 def dep(name: str, tpm: int = 10_000, priority: int = 1, weight: float = 1.0) -> Deployment:
@@ -127,7 +127,7 @@ def test_the_queue_never_exceeds_any_limit(sizes: list[int], gaps: list[float], 
     """Whatever arrives, what the pool admits never exceeds a deployment's TPM in any rolling minute, nor RPM/6 in
     any 10 seconds (checked independently of the pool's own windows)."""
     deployments = [Deployment(f"d{i}", f"https://d{i}.example", tpm, rpm=60, priority=i) for i, tpm in enumerate(tpms)]
-    pool = Pool(deployments, ClientConfig(headroom=1.0, window_margin=0.0), random.Random(0))  # noqa: S311 - deterministic test
+    pool = Pool(deployments, ClientConfig(headroom=1.0, admission_lag_s=0.0), random.Random(0))  # noqa: S311 - deterministic test
     now = 0.0
     sent: dict[str, list[tuple[float, int]]] = {d.name: [] for d in deployments}
     for i, size in enumerate(sizes):
