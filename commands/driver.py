@@ -38,6 +38,7 @@ def restore_options(c: Any, **flags: Any) -> Any:
             apt_lock_timeout=cfg.apt_lock_timeout,
             state_dir=ROOT / (cfg.state_dir or history_dir),
             lock_ttl_s=cfg.lock_ttl_s,
+            playbook_timeout=cfg.playbook_timeout,
         ).validate()
     except ValueError as exc:
         raise RestoreError(
@@ -86,6 +87,7 @@ def driver_restore(  # type: ignore[no-untyped-def]
 
     Exit codes: 0 every host restored or healthy (or --check); 1 a host not restored; 2 bad input; 4 lock held.
     """
+    from remediation.inventory import load
     from remediation.report.console import console
     from remediation.report.restore_view import print_restore_plan, print_restore_result, render_restore_report
     from remediation.restore.errors import RestoreError
@@ -103,7 +105,7 @@ def driver_restore(  # type: ignore[no-untyped-def]
         force=force,
         reboot_timeout=reboot_timeout,
     )
-    hosts, path, _group = fleet_hosts(c, fleet, inventory, limit)
+    hosts, path, group = fleet_hosts(c, fleet, inventory, limit)
     if not (check or yes or sys.stdin.isatty()):
         raise RestoreError(
             "driver-restore changes hosts and there is no terminal to confirm on: pass --yes, "
@@ -125,6 +127,7 @@ def driver_restore(  # type: ignore[no-untyped-def]
         fleet=fleet,
         confirm=confirm,
         show_plan=lambda plan: print_restore_plan(console, plan),
+        lease_hosts=load(path, group),  # the whole fleet carries the lease, whatever --limit says
     )
     print_restore_result(console, result)
     if result.stopped not in ("dry-run", "declined", "nothing to do"):

@@ -19,6 +19,7 @@ FAULTS = (
     "unreachable",
     "apt-lock",
     "hang",
+    "gpu-job",
 )
 
 

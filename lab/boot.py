@@ -11,7 +11,8 @@ What a boot does, like firmware + boot loader + early kernel:
 * picks the kernel to boot: the one named by ``GRUB_DEFAULT`` in ``/etc/default/grub`` when installed,
   else the newest installed ``/boot/vmlinuz-*``;
 * "loads" the NVIDIA module when ``/lib/modules/<kernel>/updates/dkms/nvidia.ko`` exists (the version it
-  carries goes to ``/run/gpulab/module``, which the simulated NVML compares with its own);
+  carries goes to ``/run/gpulab/module``, which the simulated NVML compares with its own) and creates the
+  device files it would (``/dev/nvidiactl``, ``/dev/nvidia-uvm``, ``/dev/nvidia<i>``);
 * writes the kernel ring buffer (``/run/gpulab/kmsg``) and appends it to ``/var/log/kern.log``;
 * gives the host a new boot id, bound over ``/proc/sys/kernel/random/boot_id``, and its kernel release,
   bound over ``/proc/sys/kernel/osrelease`` (``uname()`` callers see it through the preload library).
@@ -183,6 +184,19 @@ def make_dev(root: Path) -> None:
         (dev / name).symlink_to(target)
 
 
+def make_nvidia_devices(root: Path, hw: dict[str, str]) -> None:
+    """The device files the loaded NVIDIA module creates: ``/dev/nvidiactl``, ``/dev/nvidia-uvm(-tools)`` and
+    ``/dev/nvidia<i>`` per GPU on the bus. Plain files here (the machine's kernel has no NVIDIA driver to back
+    character devices), so a job can hold them open and ``/proc/<pid>/fd`` shows what it shows on a real host."""
+    dev = root / "dev"
+    names = ["nvidiactl", "nvidia-uvm", "nvidia-uvm-tools"]
+    names += [f"nvidia{i}" for i in range(int(hw.get("gpu_count", "0") or 0)) if hw.get(f"gpu.{i}.lost") != "1"]
+    for name in names:
+        path = dev / name
+        path.touch()
+        path.chmod(0o666)
+
+
 def boot(host_dir: Path, base_dir: Path) -> tuple[Path, str]:
     if os.getpid() != 1:
         raise SystemExit("lab.boot: must run as PID 1 of a new PID namespace (the lab supervisor starts it)")
@@ -219,6 +233,7 @@ def boot(host_dir: Path, base_dir: Path) -> tuple[Path, str]:
     (run / "osrelease").write_text(kernel + "\n")
     if module is not None:
         (run / "module").write_text(module + "\n")
+        make_nvidia_devices(root, hw)
     bind(run / "boot_id", root / "proc/sys/kernel/random/boot_id", readonly=True)
     bind(run / "osrelease", root / "proc/sys/kernel/osrelease", readonly=True)
     write_kmsg(root, name, kmsg_lines(kernel, module, hw, boot_id), boot_time)

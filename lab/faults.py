@@ -7,6 +7,7 @@ hardware faults change the host's GPU state (``hw/gpus``) and write what the ker
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -188,6 +189,30 @@ def apt_lock(lab: Lab, host: str) -> str:
     return "a process holds /var/lib/dpkg/lock-frontend and /var/lib/dpkg/lock"
 
 
+JOB = (
+    "import os, sys, time\n"
+    "fds = [os.open(p, os.O_RDWR) for p in ('/dev/nvidiactl', '/dev/nvidia-uvm', '/dev/nvidia0')]\n"
+    "open('/run/gpulab/job.pid', 'w').write(str(os.getpid()))\n"
+    "time.sleep(10**9)\n"
+)
+
+
+def gpu_job(lab: Lab, host: str) -> str:
+    """A training job on GPU 0: a process holding /dev/nvidiactl, /dev/nvidia-uvm and /dev/nvidia0 open, as
+    a CUDA process does; NVML lists it while NVML answers, /proc shows it whatever NVML does. A reboot ends it."""
+    if not lab.host_path(host, "/dev/nvidia0").exists():
+        raise LabError(f"{host} has no /dev/nvidia0 (the NVIDIA module is not loaded): a GPU job cannot start there")
+    pid_file = lab.host_path(host, "/run/gpulab/job.pid")
+    pid_file.unlink(missing_ok=True)
+    lab.run_in_host(host, ["python3", "-c", JOB], detach=True)
+    for _ in range(200):
+        pid = pid_file.read_text().strip() if pid_file.exists() else ""
+        if pid:
+            return f"job pid {pid} (python3) holds /dev/nvidia0, /dev/nvidiactl, /dev/nvidia-uvm"
+        time.sleep(0.05)
+    raise LabError(f"the GPU job on {host} did not start within 10 s; see the host's console.log")
+
+
 def hang(lab: Lab, host: str) -> str:
     def change(s: hardware.State) -> str:
         s["hang"] = "1"
@@ -207,6 +232,7 @@ FAULTS: dict[str, Callable[[Lab, str], str]] = {
     "unreachable": unreachable,
     "apt-lock": apt_lock,
     "hang": hang,
+    "gpu-job": gpu_job,
 }
 
 

@@ -167,4 +167,5 @@ class RestoreSettings:
     reboot_timeout: int = 600
     apt_lock_timeout: int = 60
     state_dir: str = ""  # default: audit.history_dir
-    lock_ttl_s: float = 6 * 3600.0
+    lock_ttl_s: float = 6 * 3600.0  # expiry of the local lock and of the leases on the hosts
+    playbook_timeout: int = 0  # seconds one batch's playbook may run; 0: reboot_timeout + 1200

@@ -9,37 +9,35 @@
   batch of files can be triaged without one odd file stopping it. An explicit ``kind`` that is not registered is a
   caller mistake and raises ``ParseError`` listing the known kinds.
 - ``nvml`` text is also read as a kernel log, so kernel lines pasted with the nvidia-smi output (RmInitAdapter,
-  Xid, API mismatch) add their findings; their facts sit under ``facts["kernel_log"]``.
+  Xid, API mismatch) are evidence too; their facts sit under ``facts["kernel_log"]``.
+- ``unattended-upgrades-log`` facts: ``packages`` (what its runs upgraded or would upgrade, in order),
+  ``kernel_packages``, ``nvidia_packages`` (of those), ``blacklisted`` (the ``Package-Blacklist`` entries as the
+  newest run logs them: "Initial blacklist"), ``blacklisted_packages`` (packages it kept back because of the
+  blacklist: "Package X is blacklisted."), ``held_packages``, ``allowed_origins`` (newest run), ``removed``,
+  ``dry_run`` (every run was a dry run) and ``runs``.
 
-Decisions (kept here so the mapping reads in one place):
-
-- "couldn't communicate with the NVIDIA driver" means the driver is not loaded: GPU-DRV-001, whose usual cause
-  (S1) is a booted kernel without an NVIDIA module. The summary says whether the text proves it (``modprobe: FATAL:
-  Module nvidia not found``) or whether it is still to confirm. "Failed to initialize NVML: <other reason>" that no
-  error class covers is GPU-DRV-004.
-- Xid events: one GPU-HW-005 per distinct code, severity from the Xid table; Xid 79 and every "fallen off the bus"
-  block are GPU-HW-001 instead (not also GPU-HW-005). "The NVIDIA probe routine failed" after a GPU fell off the bus
-  is part of GPU-HW-001's evidence, not a separate GPU-HW-008.
-- apt history: GPU-KRN-006 for kernel packages installed by unattended-upgrade (one per transaction) and
-  GPU-KRN-004 for NVIDIA packages it changed; dry runs are ignored; installs by packagekit, apt, aptdaemon... are
-  facts (with their actor) but no finding, since a person asked for them.
-- DKMS: GPU-DKMS-001 per (module, version, kernel) build failure, and per kernel skipped for missing headers.
+Findings come from the rules of :mod:`remediation.checks` (one rule per finding ID, the same ones the audit runs on
+a host's facts), evaluated on the evidence parsed from the text (:mod:`remediation.checks.evidence`); see the rule
+modules for each ID's decision and granularity (e.g. one GPU-HW-005 per Xid code and GPU, one GPU-KRN-006 per
+input). This module only parses the text and lays the facts out as JSON.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
 from remediation import catalog
+from remediation.checks import evaluate
+from remediation.checks import evidence as ev_mod
 from remediation.errors import ParseError
-from remediation.findings import Finding, Severity, make_finding
+from remediation.findings import Finding, Severity
 from remediation.parsers import KINDS, UNKNOWN, detect_kind, kinds
 from remediation.parsers import apt_history as apt_mod
 from remediation.parsers import dkms as dkms_mod
 from remediation.parsers import kernel_log as klog_mod
 from remediation.parsers import nvml_text as nvml_mod
+from remediation.parsers import unattended_upgrades as uu_mod
 
 __all__ = ["DiagnoseResult", "diagnose", "render_text"]
 
@@ -101,77 +99,27 @@ def _nvml(text: str) -> tuple[dict[str, Any], list[Finding]]:
         "dkms_missing": parsed.dkms_missing,
         "nvml_init_error": parsed.nvml_init_error,
         "service": parsed.service,
+        "nvml_error_code": parsed.nvml_error_code,
+        "nvml_error_name": parsed.nvml_error_name,
+        "nvml_function": parsed.nvml_function,
         "evidence": list(parsed.evidence),
     }
-    findings: list[Finding] = []
-    ev = parsed.evidence
-    pcis = ", ".join(parsed.pci_bus_ids) or "unknown bus id"
-    cls = parsed.error_class
-    if cls == "driver_not_loaded":
-        if parsed.module_missing:
-            kernel = parsed.running_kernel or "the booted kernel"
-            where = ""
-            if parsed.module_kernels and parsed.running_kernel not in parsed.module_kernels:
-                where = f"; nvidia.ko exists only for {', '.join(parsed.module_kernels)}"
-            dkms_note = "; dkms is not installed, so nothing rebuilt the module" if parsed.dkms_missing else ""
-            summary = f"NVIDIA driver not loaded: no NVIDIA module for {kernel} (modprobe: FATAL){where}{dkms_note}"
-        else:
-            summary = (
-                "NVIDIA driver not loaded (nvidia-smi cannot communicate with the driver); usual cause to confirm: "
-                "the booted kernel has no NVIDIA module (`modinfo nvidia`, `uname -r`, apt history)"
-            )
-        findings.append(make_finding("GPU-DRV-001", summary, ev))
-    elif cls == "version_mismatch":
-        lib = f" (NVML library {parsed.nvml_library_version})" if parsed.nvml_library_version else ""
-        via = f"; container service {parsed.service} cannot start" if parsed.service else ""
-        findings.append(
-            make_finding(
-                "GPU-DRV-002",
-                f"Driver/library version mismatch{lib}: userspace differs from the loaded kernel module{via}",
-                ev,
-            )
-        )
-    elif cls == "library_not_found":
-        findings.append(make_finding("GPU-DRV-003", "NVIDIA driver not installed: libnvidia-ml not found", ev))
-    elif cls == "gpu_lost":
-        findings.append(make_finding("GPU-HW-001", f"GPU lost ({pcis}): not a driver problem", ev))
-    elif cls == "handle_unknown_error":
-        findings.append(
-            make_finding("GPU-HW-006", f"NVML cannot get a device handle for GPU {pcis}: Unknown Error", ev)
-        )
-    elif cls == "no_devices":
-        findings.append(make_finding("GPU-HW-007", "nvidia-smi: No devices were found", ev))
-    elif parsed.nvml_init_error:
-        findings.append(make_finding("GPU-DRV-004", f"NVML failed to initialise: {parsed.nvml_init_error}", ev))
-
     klog = klog_mod.parse(text)
     if not klog.is_empty:
-        kfacts, kfindings = _kernel_facts_findings(klog)
-        facts["kernel_log"] = kfacts
-        have = {f.id for f in findings}
-        for finding in kfindings:
-            if finding.id in have and finding.id in ("GPU-HW-007", "GPU-DRV-001"):
-                # same finding, better evidence: merge the kernel lines into the NVML finding
-                findings = [_merge(f, finding) if f.id == finding.id else f for f in findings]
-            else:
-                findings.append(finding)
-    return facts, findings
-
-
-def _merge(base: Finding, extra: Finding) -> Finding:
-    evidence = tuple(dict.fromkeys((*base.evidence, *extra.evidence)))
-    return Finding(base.id, base.scenario, base.severity, f"{base.summary}; {extra.summary}", evidence, base.remedy)
+        facts["kernel_log"] = _kernel_facts(klog)
+    return facts, list(evaluate(ev_mod.from_nvml_text(parsed, klog)))
 
 
 # --- kernel log --------------------------------------------------------------------------------------------------
 
 
 def _kernel(text: str) -> tuple[dict[str, Any], list[Finding]]:
-    return _kernel_facts_findings(klog_mod.parse(text))
+    log = klog_mod.parse(text)
+    return _kernel_facts(log), list(evaluate(ev_mod.from_kernel_log(log)))
 
 
-def _kernel_facts_findings(log: klog_mod.KernelLog) -> tuple[dict[str, Any], list[Finding]]:
-    facts: dict[str, Any] = {
+def _kernel_facts(log: klog_mod.KernelLog) -> dict[str, Any]:
+    return {
         "xid_events": [
             {
                 "code": x.code,
@@ -223,99 +171,6 @@ def _kernel_facts_findings(log: klog_mod.KernelLog) -> tuple[dict[str, Any], lis
         },
         "hosts": list(log.hosts),
     }
-    findings: list[Finding] = []
-
-    if log.fallen_off_bus:
-        pcis = ", ".join(f.pci for f in log.fallen_off_bus)
-        evidence = [line for f in log.fallen_off_bus for line in f.evidence]
-        evidence += [line for p in log.probe_failures if p.kind == "failed" for line in p.evidence]
-        findings.append(
-            make_finding("GPU-HW-001", f"GPU fallen off the bus (Xid 79 or equivalent): {pcis}", _uniq(evidence))
-        )
-
-    by_code: dict[int, list[klog_mod.XidEvent]] = {}
-    for event in log.xid_events:
-        if event.code != 79:
-            by_code.setdefault(event.code, []).append(event)
-    for code, events in by_code.items():
-        pcis = ", ".join(dict.fromkeys(e.pci for e in events))
-        procs = ", ".join(dict.fromkeys(f"{e.name or '?'}[{e.pid}]" for e in events if e.pid is not None))
-        who = f"; processes {procs}" if procs else ""
-        findings.append(
-            make_finding(
-                "GPU-HW-005",
-                f"Xid {code} x{len(events)} on {pcis}: {catalog.xid_meaning(code)}{who}",
-                _uniq(e.text for e in events),
-                severity=catalog.xid_severity(code),
-            )
-        )
-
-    if log.api_mismatches:
-        pairs = ", ".join(
-            dict.fromkeys(
-                f"client {a.client_version}"
-                + (f" ({a.client_process}, pid {a.client_pid})" if a.client_process else "")
-                + f" vs kernel module {a.module_version}"
-                for a in log.api_mismatches
-            )
-        )
-        findings.append(
-            make_finding(
-                "GPU-DRV-007",
-                f"NVIDIA kernel module API mismatch x{len(log.api_mismatches)}: {pairs}",
-                _uniq(line for a in log.api_mismatches for line in a.evidence),
-            )
-        )
-
-    probes = [p for p in log.probe_failures if not (p.kind == "failed" and log.fallen_off_bus)]
-    if probes:
-        parts = []
-        for p in probes:
-            if p.kind == "not_called":
-                owners = f" (owned by {', '.join(p.conflicting_drivers)}?)" if p.conflicting_drivers else ""
-                parts.append(f"probe routine not called for {p.device_count} device(s){owners}")
-            elif p.kind == "failed":
-                parts.append(f"probe routine failed for {p.device_count} device(s)")
-            elif p.kind == "no_adapter":
-                parts.append("no NVIDIA graphics adapter probed")
-            else:
-                parts.append(f"probe of {p.pci} failed")
-        findings.append(
-            make_finding(
-                "GPU-HW-008",
-                "NVIDIA probe failed: " + "; ".join(dict.fromkeys(parts)),
-                _uniq(line for p in probes for line in p.evidence),
-            )
-        )
-
-    if log.rm_init_failures:
-        parts = [f"{r.pci or 'GPU'} ({r.code})" if r.code else f"{r.pci or 'GPU'}" for r in log.rm_init_failures]
-        fw = [f.path for f in log.firmware_failures if f.path]
-        fw_note = f"; firmware missing: {', '.join(fw)}" if fw else ""
-        findings.append(
-            make_finding(
-                "GPU-HW-007",
-                f"RmInitAdapter failed on {', '.join(dict.fromkeys(parts))}{fw_note}",
-                _uniq(
-                    [
-                        *(line for r in log.rm_init_failures for line in r.evidence),
-                        *(f.text for f in log.firmware_failures),
-                    ]
-                ),
-            )
-        )
-
-    nvidia_missing = [m for m in log.module_missing if m.module.startswith("nvidia")]
-    if nvidia_missing:
-        kernels = ", ".join(dict.fromkeys(m.kernel for m in nvidia_missing if m.kernel)) or "the booted kernel"
-        findings.append(
-            make_finding(
-                "GPU-DRV-001",
-                f"NVIDIA module not found for {kernels}: the driver cannot load",
-                _uniq(m.text for m in nvidia_missing),
-            )
-        )
-    return facts, findings
 
 
 # --- apt history -------------------------------------------------------------------------------------------------
@@ -354,45 +209,7 @@ def _apt(text: str) -> tuple[dict[str, Any], list[Finding]]:
         ],
         "nvidia_changes": [{**action_dict(a), "start": t.start, "actor": t.actor} for t, a in history.nvidia_changes()],
     }
-    findings: list[Finding] = []
-    for t in history.transactions:
-        if t.dry_run or t.actor != "unattended-upgrade":
-            continue
-        kernels = t.kernel_installs()
-        if kernels:
-            findings.append(
-                make_finding(
-                    "GPU-KRN-006",
-                    f"unattended-upgrade installed kernel packages at {t.start or 'unknown time'}: "
-                    + ", ".join(_describe(a) for a in kernels),
-                    _evidence_lines(t, kernels),
-                )
-            )
-        nvidia = t.nvidia_changes()
-        if nvidia:
-            findings.append(
-                make_finding(
-                    "GPU-KRN-004",
-                    f"unattended-upgrade changed NVIDIA packages at {t.start or 'unknown time'}: "
-                    + ", ".join(_describe(a) for a in nvidia),
-                    _evidence_lines(t, nvidia),
-                )
-            )
-    return facts, findings
-
-
-def _describe(a: apt_mod.AptAction) -> str:
-    if a.old_version and a.version:
-        return f"{a.action} {a.package} {a.old_version} → {a.version}"
-    return f"{a.action} {a.package} {a.version or ''}".rstrip()
-
-
-def _evidence_lines(t: apt_mod.AptTransaction, actions: Iterable[apt_mod.AptAction]) -> tuple[str, ...]:
-    wanted = {a.action for a in actions}
-    keep = [line for line in t.text if line.startswith(("Start-Date", "Commandline", "Requested-By", "End-Date"))]
-    keep += [line for line in t.text if line.split(":", 1)[0] in wanted]
-    order = {line: i for i, line in enumerate(t.text)}
-    return tuple(sorted(dict.fromkeys(keep), key=lambda line: order.get(line, 0)))
+    return facts, list(evaluate(ev_mod.from_apt_history(history)))
 
 
 # --- dkms --------------------------------------------------------------------------------------------------------
@@ -428,35 +245,43 @@ def _dkms(text: str) -> tuple[dict[str, Any], list[Finding]]:
         "kernel_triggers": list(parsed.kernel_triggers),
         "dkms_missing": parsed.dkms_missing,
     }
-    findings: list[Finding] = []
-    seen: set[tuple[str | None, str | None, str | None]] = set()
-    for f in parsed.build_failures:
-        key = (f.module, f.version, f.kernel)
-        if key in seen:
-            continue
-        seen.add(key)
-        what = f"{f.module or 'module'} {f.version or ''}".strip()
-        findings.append(
-            make_finding(
-                "GPU-DKMS-001",
-                f"DKMS build of {what} failed for kernel {f.kernel or 'unknown'}: {f.reason}",
-                f.evidence,
-            )
-        )
-    for s in parsed.skipped_kernels:
-        what = f"{s.module or 'module'} {s.version or ''}".strip()
-        findings.append(
-            make_finding(
-                "GPU-DKMS-001",
-                f"DKMS did not build {what} for kernel {s.kernel}: {s.reason}",
-                (s.text,),
-            )
-        )
-    return facts, findings
+    return facts, list(evaluate(ev_mod.from_dkms(parsed)))
 
 
-def _uniq(lines: Iterable[str]) -> tuple[str, ...]:
-    return tuple(dict.fromkeys(line for line in lines if line))
+# --- unattended-upgrades log -------------------------------------------------------------------------------------
+
+
+def _unattended(text: str) -> tuple[dict[str, Any], list[Finding]]:
+    log = uu_mod.parse(text)
+    facts: dict[str, Any] = {
+        "packages": list(log.packages),
+        "kernel_packages": list(log.kernel_packages),
+        "nvidia_packages": list(log.nvidia_packages),
+        "blacklisted": list(log.blacklist or ()),
+        "blacklisted_packages": list(log.blacklisted_packages),
+        "held_packages": list(log.held_packages),
+        "allowed_origins": list(log.allowed_origins or ()),
+        "removed": list(dict.fromkeys(p for r in log.runs for p in r.removed)),
+        "dry_run": bool(log.runs) and all(r.dry_run for r in log.runs),
+        "runs": [
+            {
+                "start": r.start,
+                "dry_run": r.dry_run,
+                "result": r.result,
+                "packages": list(r.packages),
+                "kernel_packages": list(r.kernel_packages),
+                "nvidia_packages": list(r.nvidia_packages),
+                "blacklist": None if r.blacklist is None else list(r.blacklist),
+                "allowed_origins": None if r.allowed_origins is None else list(r.allowed_origins),
+                "removed": list(r.removed),
+                "kept_back": [{"package": k.package, "reason": k.reason} for k in r.kept_back],
+                "conffile_prompts": list(r.conffile_prompts),
+                "errors": list(r.errors),
+            }
+            for r in log.runs
+        ],
+    }
+    return facts, list(evaluate(ev_mod.from_unattended_log(log)))
 
 
 _HANDLERS = {
@@ -464,6 +289,7 @@ _HANDLERS = {
     "kernel-log": _kernel,
     "apt-history": _apt,
     "dkms": _dkms,
+    "unattended-upgrades-log": _unattended,
 }
 assert set(_HANDLERS) <= set(KINDS), "every diagnose handler needs a registered kind"
 

@@ -292,6 +292,33 @@ class DpkgLock:
 
 
 @dataclass(frozen=True)
+class DeviceUser:
+    """A process holding NVIDIA device files open (``/dev/nvidia*``), read from ``/proc`` without NVML."""
+
+    pid: int
+    comm: str | None
+    devices: tuple[str, ...]
+    gpus: tuple[int, ...]
+    service: bool  # a driver service (persistenced, fabric manager, DCGM), not a workload
+
+    @property
+    def label(self) -> str:
+        where = ", ".join(f"GPU {g}" for g in self.gpus) or ", ".join(self.devices)
+        return f"pid {self.pid} ({self.comm or '?'}) holds {where}"
+
+
+@dataclass(frozen=True)
+class DeviceUsers:
+    users: tuple[DeviceUser, ...] = ()
+    available: bool = False  # False: the probe did not read /proc (older probe, section failed)
+
+    @property
+    def workloads(self) -> tuple[DeviceUser, ...]:
+        """The processes that are GPU work, not driver services."""
+        return tuple(u for u in self.users if not u.service)
+
+
+@dataclass(frozen=True)
 class ProbeSectionError:
     section: str
     error: str
@@ -324,6 +351,7 @@ class HostFacts:
     dpkg_lock: DpkgLock
     errors: tuple[ProbeSectionError, ...]
     raw: Mapping[str, Any] = field(compare=False, hash=False, repr=False)
+    device_users: DeviceUsers = DeviceUsers()
 
     @property
     def apt_transactions(self) -> tuple[AptTransaction, ...]:
@@ -626,6 +654,25 @@ def _unattended(r: _Reader) -> UnattendedUpgradesFacts:
     )
 
 
+def _device_users(r: _Reader, present: bool) -> DeviceUsers:
+    users = []
+    for i, item in enumerate(r.objects("users")):
+        u = _Reader(r.host, f"{r.where}.users[{i}]", item)
+        pid = u.opt_int("pid")
+        if pid is None:
+            continue
+        users.append(
+            DeviceUser(
+                pid=pid,
+                comm=u.opt_str("comm"),
+                devices=u.strings("devices"),
+                gpus=tuple(int(g) for g in u.objects("gpus") if isinstance(g, int) and not isinstance(g, bool)),
+                service=bool(u.opt_bool("service")),
+            )
+        )
+    return DeviceUsers(tuple(users), available=present)
+
+
 def _dpkg_lock(r: _Reader) -> DpkgLock:
     return DpkgLock(held=r.opt_bool("held"), holder_pid=r.opt_int("holder_pid"), holder_comm=r.opt_str("holder_comm"))
 
@@ -690,4 +737,5 @@ def facts_from_dict(d: Mapping[str, Any], host: str | None = None) -> HostFacts:
         dpkg_lock=_dpkg_lock(top.sub("dpkg_lock")),
         errors=_errors(name, d.get("errors")),
         raw=d,
+        device_users=_device_users(top.sub("device_users"), isinstance(d.get("device_users"), Mapping)),
     )

@@ -6,9 +6,16 @@
  * (/etc/rc2.d/S*, the way sysvinit's runlevel 2 would) and then only reaps children.
  *
  * Signals:
- *   SIGUSR1  reboot: stop every process of the host, exit 100 (the lab supervisor boots the host again)
- *   SIGTERM  halt:   stop every process of the host, exit 0  (the supervisor leaves the host down)
+ *   SIGUSR1  reboot now: stop every process of the host, exit 100 (the lab supervisor boots the host again)
+ *   SIGTERM  halt now:   stop every process of the host, exit 0  (the supervisor leaves the host down)
+ *   SIGUSR2  reboot in DELAY_MS (what `shutdown -r` / `reboot` inside the host send)
+ *   SIGPWR   halt in DELAY_MS   (what `shutdown -h` / `halt` / `poweroff` inside the host send)
  *   SIGHUP   re-run the start scripts (used by the lab to bring a stopped sshd back)
+ *
+ * The delayed requests let the caller's SSH session return before the host goes down, as a real `shutdown -r 0`
+ * does. The delay is kept here, in PID 1, on purpose: a helper process that sleeps and then signals init is
+ * lost when the session ends before the helper has left the session (an SSH session with a terminal, as
+ * Ansible's reboot uses, hangs up its process group), and the reboot never happens.
  *
  * It never calls reboot(2): inside a PID namespace that call only ends the namespace, but the same
  * binary run outside one would reboot the machine. Ending the host is always "kill everything, exit".
@@ -25,13 +32,24 @@
 #include <time.h>
 #include <unistd.h>
 
+#define DELAY_MS 1000
+
 static volatile sig_atomic_t want_exit = -1;
+static volatile sig_atomic_t want_delayed = -1;
 static volatile sig_atomic_t want_rc = 0;
 
 static void on_signal(int sig) {
     if (sig == SIGUSR1) want_exit = 100;
     else if (sig == SIGTERM || sig == SIGINT) want_exit = 0;
+    else if (sig == SIGUSR2) want_delayed = 100;
+    else if (sig == SIGPWR) { if (want_delayed < 0) want_delayed = 0; }  /* a pending reboot wins over a halt */
     else if (sig == SIGHUP) want_rc = 1;
+}
+
+static long long now_ms(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (long long)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
 }
 
 static int cmp(const void *a, const void *b) {
@@ -100,11 +118,18 @@ int main(int argc, char **argv) {
     sigaction(SIGTERM, &sa, NULL);
     sigaction(SIGINT, &sa, NULL);
     sigaction(SIGHUP, &sa, NULL);
+    sigaction(SIGUSR2, &sa, NULL);
+    sigaction(SIGPWR, &sa, NULL);
     setenv("PATH", "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", 1);
     setenv("RUNLEVEL", "2", 1);
 
     run_start_scripts();
+    long long delayed_at = -1;
     for (;;) {
+        if (want_delayed >= 0 && want_exit < 0) {
+            if (delayed_at < 0) delayed_at = now_ms() + DELAY_MS;
+            else if (now_ms() >= delayed_at) want_exit = want_delayed;
+        }
         if (want_exit >= 0) {
             int code = want_exit;
             stop_everything();
@@ -115,7 +140,7 @@ int main(int argc, char **argv) {
             run_start_scripts();
         }
         while (waitpid(-1, NULL, WNOHANG) > 0) {}
-        struct timespec ts = {0, 250 * 1000 * 1000};  /* a signal cuts the sleep short */
+        struct timespec ts = {0, 100 * 1000 * 1000};  /* a signal cuts the sleep short */
         nanosleep(&ts, NULL);
     }
 }

@@ -66,10 +66,15 @@
  *     gpu.<i>.procs                   compute processes, "pid:used_bytes:name;pid:used_bytes:name"
  *                                     (at most 64; the name may contain ':'; may be empty)
  *
+ * Besides gpu.<i>.procs, every process of the host that holds /dev/nvidia<i> open (a job started on the
+ * host, see the lab's gpu-job fault) is a compute process of GPU <i>, as the real driver reports a process
+ * with a CUDA context there; it is listed with GPULAB_JOB_BYTES of GPU memory.
+ *
  * Threading: one mutex serialises every call, which is all a single process needs.
  */
 #define _GNU_SOURCE
 #include <ctype.h>
+#include <dirent.h>
 #include <errno.h>
 #include <pthread.h>
 #include <stdint.h>
@@ -1281,13 +1286,67 @@ API nvmlReturn_t nvmlDeviceGetRemappedRows(nvmlDevice_t device, unsigned int *co
 }
 
 /* ---- processes ------------------------------------------------------------------------------------ */
+#define GPULAB_JOB_BYTES (2048ull * MiB)
+
+/* Processes holding /dev/nvidia<index> open, appended to list[*n] unless already there (at most max). */
+static void device_holders(unsigned int index, struct gpulab_proc *list, unsigned int *n, unsigned int max)
+{
+    char want[32], fddir[64], link[320], target[64];
+    DIR *proc = opendir("/proc");
+    struct dirent *e;
+    snprintf(want, sizeof(want), "/dev/nvidia%u", index);
+    if (!proc)
+        return;
+    while ((e = readdir(proc)) && *n < max) {
+        unsigned int pid, k, dup = 0;
+        DIR *fds;
+        struct dirent *f;
+        if (!isdigit((unsigned char)e->d_name[0]))
+            continue;
+        pid = (unsigned int)strtoul(e->d_name, NULL, 10);
+        for (k = 0; k < *n; k++)
+            if (list[k].pid == pid)
+                dup = 1;
+        if (dup || pid == (unsigned int)getpid())
+            continue;
+        snprintf(fddir, sizeof(fddir), "/proc/%u/fd", pid);
+        if (!(fds = opendir(fddir)))
+            continue;
+        while ((f = readdir(fds))) {
+            ssize_t len;
+            if (f->d_name[0] == '.')
+                continue;
+            snprintf(link, sizeof(link), "%s/%s", fddir, f->d_name);
+            len = readlink(link, target, sizeof(target) - 1);
+            if (len <= 0)
+                continue;
+            target[len] = '\0';
+            if (!strcmp(target, want)) {
+                list[*n].pid = pid;
+                list[*n].used = GPULAB_JOB_BYTES;
+                list[*n].name[0] = '\0';
+                (*n)++;
+                break;
+            }
+        }
+        closedir(fds);
+    }
+    closedir(proc);
+}
+
 static nvmlReturn_t running_processes(nvmlDevice_t device, unsigned int *infoCount, void *infos, int v1,
                                       int graphics)
 {
     unsigned int n, i;
+    struct gpulab_proc all[GPULAB_MAX_PROCS];
     DEV_ENTER(device, g);
     OUT_ARG(infoCount);
-    n = graphics ? 0 : g->nprocs;
+    n = 0;
+    if (!graphics) {
+        for (i = 0; i < g->nprocs; i++)
+            all[n++] = g->procs[i];
+        device_holders(g->index, all, &n, GPULAB_MAX_PROCS);
+    }
     if (*infoCount < n) {
         *infoCount = n;
         return leave(NVML_ERROR_INSUFFICIENT_SIZE);
@@ -1297,12 +1356,12 @@ static nvmlReturn_t running_processes(nvmlDevice_t device, unsigned int *infoCou
     for (i = 0; i < n; i++) {
         if (v1) {
             nvmlProcessInfo_v1_t *p = (nvmlProcessInfo_v1_t *)infos + i;
-            p->pid = g->procs[i].pid;
-            p->usedGpuMemory = g->procs[i].used;
+            p->pid = all[i].pid;
+            p->usedGpuMemory = all[i].used;
         } else {
             nvmlProcessInfo_v2_t *p = (nvmlProcessInfo_v2_t *)infos + i;
-            p->pid = g->procs[i].pid;
-            p->usedGpuMemory = g->procs[i].used;
+            p->pid = all[i].pid;
+            p->usedGpuMemory = all[i].used;
             p->gpuInstanceId = NVML_VALUE_NOT_AVAILABLE_UINT; /* MIG disabled */
             p->computeInstanceId = NVML_VALUE_NOT_AVAILABLE_UINT;
         }

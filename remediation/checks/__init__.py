@@ -1,74 +1,44 @@
-"""Checks: pure functions of :class:`~remediation.facts.HostFacts` -> findings.
+"""Checks: the one rule per finding ID, evaluated on a host's facts (the audit) or on pasted text (``diagnose``).
 
-Each check takes ``(facts, policy)`` and returns the findings it concludes, each with ``host`` set and evidence
-lines quoting the facts it rests on.  :func:`run_checks` runs the per-host registry :data:`HOST_CHECKS`;
-:func:`run_fleet_checks` adds the cross-host checks (driver drift against the fleet majority).
+Every rule is registered in :mod:`remediation.checks.registry` by the module that defines it; the modules are
+imported here in the order their findings are listed (driver, kernel and packages, hardware, DKMS, thermal,
+usage). :func:`run_checks` evaluates the registry on one host's :class:`~remediation.facts.HostFacts` (through
+:func:`remediation.checks.evidence.from_facts`); :func:`run_fleet_checks` adds the cross-host rules (driver drift
+against the fleet majority). :func:`evaluate` is what ``invoke diagnose`` runs on the evidence parsed from text.
 
-Guarantee: a host whose NVML failed never comes out healthy: if no check produced a critical finding for it, a
-critical GPU-DRV-004 is added.
+Guarantee: a host whose NVML failed never comes out healthy: if no rule produced a critical finding for it, the
+GPU-DRV-004 rule adds a critical one.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 
-from remediation.checks import driver, hardware, kernel, thermal, usage
+# Importing a rule module registers its rules: the order of these lines is the order findings are listed in.
+from remediation.checks import driver  # noqa: F401  # isort: skip
+from remediation.checks import kernel  # noqa: F401  # isort: skip
+from remediation.checks import hardware  # noqa: F401  # isort: skip
+from remediation.checks import dkms  # noqa: F401  # isort: skip
+from remediation.checks import thermal  # noqa: F401  # isort: skip
+from remediation.checks import usage  # noqa: F401  # isort: skip
+from remediation.checks.evidence import Evidence, from_facts
 from remediation.checks.policy import Policy
+from remediation.checks.registry import RULES, Rule, evaluate, evaluate_fleet
 from remediation.facts import HostFacts
-from remediation.findings import Finding, Severity, make_finding
+from remediation.findings import Finding
 
-__all__ = ["HOST_CHECKS", "Check", "Policy", "run_checks", "run_fleet_checks"]
-
-Check = Callable[[HostFacts, Policy], list[Finding]]
-
-HOST_CHECKS: tuple[Check, ...] = (
-    driver.check_nvml,
-    driver.check_api_mismatch_log,
-    kernel.check_newer_kernel_without_module,
-    kernel.check_kernel_hold,
-    kernel.check_unattended_kernel,
-    kernel.check_unattended_nvidia,
-    kernel.check_reboot_required,
-    kernel.check_unattended_installs,
-    kernel.check_dpkg_lock,
-    hardware.check_fallen_off_bus,
-    hardware.check_gpu_count,
-    hardware.check_ecc,
-    hardware.check_memory_health,
-    hardware.check_xid_events,
-    thermal.check_temperature,
-    thermal.check_throttle,
-    usage.check_persistence_mode,
-    usage.check_memory_full,
-)
-
-
-def _dedupe(findings: list[Finding]) -> tuple[Finding, ...]:
-    return tuple(dict.fromkeys(findings))
+__all__ = ["RULES", "Evidence", "Policy", "Rule", "evaluate", "run_checks", "run_fleet_checks"]
 
 
 def run_checks(facts: HostFacts, policy: Policy) -> tuple[Finding, ...]:
-    """Every per-host check, in registry order (duplicates dropped)."""
-    findings: list[Finding] = []
-    for check in HOST_CHECKS:
-        findings.extend(check(facts, policy))
-    if facts.nvml.failed and not any(f.severity is Severity.CRITICAL for f in findings):
-        findings.append(
-            make_finding(
-                "GPU-DRV-004",
-                "NVML failed and no specific cause was found",
-                [f"NVML: {facts.nvml.error_class}: {facts.nvml.error or 'no message'}"],
-                host=facts.host,
-                severity=Severity.CRITICAL,
-            )
-        )
-    return _dedupe(findings)
+    """Every per-host rule on one host's facts, in registry order (duplicates dropped)."""
+    return evaluate(from_facts(facts, policy))
 
 
 def run_fleet_checks(all_facts: Mapping[str, HostFacts], policy: Policy) -> dict[str, tuple[Finding, ...]]:
-    """Per-host checks for every host plus the cross-host ones; every host is a key, healthy ones map to ()."""
-    drift = driver.check_driver_drift(all_facts, policy)
+    """Per-host rules for every host plus the cross-host ones; every host is a key, healthy ones map to ()."""
+    fleet = evaluate_fleet(all_facts, policy)
     out: dict[str, tuple[Finding, ...]] = {}
     for host, facts in all_facts.items():
-        out[host] = _dedupe([*run_checks(facts, policy), *drift.get(host, [])])
+        out[host] = tuple(dict.fromkeys([*run_checks(facts, policy), *fleet.get(host, [])]))
     return out

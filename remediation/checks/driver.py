@@ -1,26 +1,54 @@
-"""Driver health from NVML's answer, and why it failed (GPU-DRV-00x, GPU-HW-001/006/007/008).
+"""The NVIDIA driver (GPU-DRV-00x): NVML's error class picks the ID; the rest of the evidence explains it.
 
-Every failed NVML yields at least one critical finding: the error class picks the ID, the rest of the facts
-(booted kernel, modules per kernel, packages, apt history, kernel log) explain it.
+Each rule reads NVML's answer the same way whether it came from the probe or from pasted text
+(:class:`~remediation.checks.evidence.Evidence`); a host's facts (booted kernel, modules per kernel, packages, apt
+history) make the evidence richer, a transcript's lines (``modprobe: FATAL``, ``uname -r``, ``find /lib/modules``)
+stand in for them in text.
+
+- GPU-DRV-001: NVML says the driver is not loaded (or, where NVML's state is not known, the kernel log or a
+  transcript says ``Module nvidia not found``) and the booted kernel has no NVIDIA module, or whether it has one
+  is not known (text: the summary says whether the text proves it). Not when the driver is not installed at all
+  (GPU-DRV-003) or the module exists (the kernel log explains it: GPU-HW-007/008, else GPU-DRV-004).
+- GPU-DRV-002: NVML version mismatch; the kernel log's API mismatch lines are its evidence.
+- GPU-DRV-003: NVML's library is missing, or the driver is not loaded and no NVIDIA package is installed.
+- GPU-DRV-004: NVML failed for a reason no class covers, or NVML failed and no other rule found a critical
+  cause (a host whose NVML failed never comes out healthy).
+- GPU-DRV-006: the probe's NVML call hung.
+- GPU-DRV-007: API mismatch lines in the kernel log while NVML did not report a mismatch (or NVML's state is not
+  known): one finding listing every distinct client/module pair.
+- GPU-DRV-005 (fleet): a host's driver differs from the policy's version, else from the fleet's strict majority.
 """
 
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping, Sequence
 
+from remediation.checks.evidence import Evidence
 from remediation.checks.history import describe, last_change_of
 from remediation.checks.policy import Policy
+from remediation.checks.registry import fleet_rule, rule
 from remediation.facts import HostFacts
-from remediation.findings import Finding, make_finding
+from remediation.findings import Finding, Severity, make_finding
 
-__all__ = ["check_api_mismatch_log", "check_driver_drift", "check_nvml", "host_driver_version"]
+__all__ = [
+    "api_mismatch_in_kernel_log",
+    "driver_drift",
+    "driver_not_installed",
+    "driver_not_loaded",
+    "host_driver_version",
+    "nvml_failed_cause_unknown",
+    "nvml_hung",
+    "version_mismatch",
+]
 
 
-def _nvml_line(facts: HostFacts) -> str:
-    nvml = facts.nvml
-    code = f" (code {nvml.error_code})" if nvml.error_code is not None else ""
-    return f"NVML: {nvml.error_class}: {nvml.error or 'no message'}{code}"
+def _uniq(lines: Iterable[str]) -> tuple[str, ...]:
+    return tuple(dict.fromkeys(line for line in lines if line))
+
+
+def _nvml_lines(ev: Evidence) -> list[str]:
+    return list(ev.nvml.lines) if ev.nvml is not None else []
 
 
 def _modules_summary(facts: HostFacts) -> list[str]:
@@ -30,18 +58,33 @@ def _modules_summary(facts: HostFacts) -> list[str]:
     ]
 
 
-def _driver_not_loaded(facts: HostFacts, policy: Policy) -> list[Finding]:
-    host, pkgs, booted = facts.host, facts.packages, facts.system.kernel
-    evidence = [_nvml_line(facts)]
-    if pkgs.available and not pkgs.nvidia:
-        evidence.append("no NVIDIA driver packages installed (dpkg status: no nvidia-*/libnvidia-* package)")
-        return [make_finding("GPU-DRV-003", "NVIDIA driver not installed on this host", evidence, host=host)]
-    kernel = facts.booted_kernel
-    module_missing = kernel is not None and not kernel.has_nvidia_module
-    others = [k.release for k in pkgs.kernels if k.has_nvidia_module and k.release != booted]
-    if module_missing and kernel is not None:
+def _driver_absent(facts: HostFacts) -> bool:
+    return facts.packages.available and not facts.packages.nvidia
+
+
+@rule("GPU-DRV-001")
+def driver_not_loaded(ev: Evidence) -> list[Finding]:
+    """GPU-DRV-001: the driver is not loaded because the booted kernel has no NVIDIA module."""
+    nvml = ev.nvml
+    log_missing = [m for m in ev.kernel_log.module_missing if m.module.startswith("nvidia")]
+    transcript = ev.transcript
+    text_missing = transcript is not None and transcript.module_missing
+    if nvml is not None and nvml.error_class != "driver_not_loaded":
+        return []  # NVML answered, or failed for another reason: that reason's rule
+    if nvml is None and not log_missing and not text_missing:
+        return []
+    facts = ev.facts
+    if facts is not None:
+        if _driver_absent(facts):
+            return []  # GPU-DRV-003
+        kernel = facts.booted_kernel
+        if kernel is None or kernel.has_nvidia_module:
+            return []  # the module exists (or the kernel is no package): the kernel log says why, else DRV-004
+        booted = facts.system.kernel
+        evidence = _nvml_lines(ev)
         evidence.append(f"booted kernel {booted}; /lib/modules/{booted} has no nvidia.ko")
         evidence.extend(_modules_summary(facts))
+        pkgs = facts.packages
         if kernel.dkms:
             evidence.append(
                 "dkms for the booted kernel: " + ", ".join(f"{d.module} {d.version} {d.state}" for d in kernel.dkms)
@@ -54,51 +97,38 @@ def _driver_not_loaded(facts: HostFacts, policy: Policy) -> list[Finding]:
         if change is not None:
             evidence.append(describe(*change))
             evidence.extend(line for line in change[0].text if line.startswith(("Commandline:", "Requested-By:")))
-        for missing in facts.kernel_log.module_missing:
-            evidence.append(f"kernel log: {missing.text}")
+        evidence.extend(f"kernel log: {m.text}" for m in ev.kernel_log.module_missing)
+        others = [k.release for k in pkgs.kernels if k.has_nvidia_module and k.release != booted]
         summary = f"NVIDIA driver not loaded: booted kernel {booted} has no NVIDIA module"
         if others:
             summary += f" (module present for {', '.join(others)})"
-        return [make_finding("GPU-DRV-001", summary, evidence, host=host)]
-    # The module exists for the booted kernel (or we cannot tell) and still is not loaded: the kernel log says why.
-    findings: list[Finding] = []
-    log = facts.kernel_log
-    if log.probe_failures:
-        findings.append(
-            make_finding(
-                "GPU-HW-008",
-                "NVIDIA probe routine failed or was not called",
-                evidence + [line for p in log.probe_failures for line in p.evidence],
-                host=host,
-            )
+        return [make_finding("GPU-DRV-001", summary, evidence, host=ev.host)]
+    # Text: what the transcript and the kernel lines prove.
+    running = transcript.running_kernel if transcript is not None else None
+    module_kernels = transcript.module_kernels if transcript is not None else ()
+    if not text_missing and not log_missing and running and running in module_kernels:
+        return []  # the booted kernel has a module: not this cause (GPU-DRV-004 says so)
+    evidence = [*_nvml_lines(ev), *(m.text for m in log_missing)]
+    if transcript is not None and text_missing:
+        booted_name = running or "the booted kernel"
+        where = ""
+        if module_kernels and running not in module_kernels:
+            where = f"; nvidia.ko exists only for {', '.join(module_kernels)}"
+        dkms_note = "; dkms is not installed, so nothing rebuilt the module" if transcript.dkms_missing else ""
+        summary = f"NVIDIA driver not loaded: no NVIDIA module for {booted_name} (modprobe: FATAL){where}{dkms_note}"
+    elif log_missing:
+        kernels = ", ".join(dict.fromkeys(m.kernel for m in log_missing if m.kernel)) or "the booted kernel"
+        summary = f"NVIDIA driver not loaded: NVIDIA module not found for {kernels}, the driver cannot load"
+    else:
+        summary = (
+            "NVIDIA driver not loaded (nvidia-smi cannot communicate with the driver); usual cause to confirm: "
+            "the booted kernel has no NVIDIA module (`modinfo nvidia`, `uname -r`, apt history)"
         )
-    if log.rm_init_failures:
-        findings.append(
-            make_finding(
-                "GPU-HW-007",
-                "RmInitAdapter failed: the driver could not initialise the GPU",
-                evidence + [line for r in log.rm_init_failures for line in r.evidence],
-                host=host,
-            )
-        )
-    if not findings:
-        if kernel is None:
-            evidence.append(f"booted kernel {booted} is not a dpkg-installed kernel package; module state unknown")
-        else:
-            evidence.append(f"booted kernel {booted} has an nvidia module: {kernel.nvidia_module.path}")
-        if not pkgs.available:
-            evidence.append(f"package database not read: {pkgs.error}")
-        evidence.extend(f"kernel log: {m.text}" for m in log.module_missing)
-        findings.append(
-            make_finding(
-                "GPU-DRV-004", "NVIDIA driver not loaded although a module exists; cause unknown", evidence, host=host
-            )
-        )
-    return findings
+    return [make_finding("GPU-DRV-001", summary, _uniq(evidence), host=ev.host)]
 
 
-def _loaded_module_version(facts: HostFacts) -> tuple[str | None, str]:
-    mismatches = facts.kernel_log.api_mismatches
+def _loaded_module_version(ev: Evidence, facts: HostFacts) -> tuple[str | None, str]:
+    mismatches = ev.kernel_log.api_mismatches
     if mismatches:
         return mismatches[-1].module_version, "kernel log API mismatch"
     kernel = facts.booted_kernel
@@ -107,62 +137,53 @@ def _loaded_module_version(facts: HostFacts) -> tuple[str | None, str]:
     return None, "unknown"
 
 
-def _version_mismatch(facts: HostFacts) -> list[Finding]:
-    pkgs = facts.packages
-    evidence = [_nvml_line(facts)]
-    userspace = pkgs.driver_package_version
-    module, source = _loaded_module_version(facts)
-    evidence.append(
-        f"userspace driver {userspace or '?'} ({pkgs.driver_package or 'no driver package'}) vs loaded kernel module "
-        f"{module or '?'} ({source})"
-    )
-    for mismatch in facts.kernel_log.api_mismatches[-1:]:
-        evidence.extend(mismatch.evidence)
-    changes = facts.apt_history.nvidia_changes()
-    if changes:
-        tx = changes[-1][0]
-        for tx_, action in changes:
-            if tx_ is tx:
-                evidence.append(describe(tx_, action))
-    summary = f"Driver/library version mismatch: userspace {userspace or '?'}, kernel module {module or '?'}"
-    return [make_finding("GPU-DRV-002", summary, evidence, host=facts.host)]
-
-
-def _lost(facts: HostFacts) -> list[Finding]:
-    evidence = [_nvml_line(facts)]
-    lost = [g for g in facts.nvml.gpus if g.error_class == "gpu_lost"]
-    evidence.extend(f"{g.label}: {g.error}" for g in lost)
-    for fell in facts.kernel_log.fallen_off_bus:
-        evidence.extend(fell.evidence)
-    evidence.append("hardware/platform fault, not a driver problem: do not reinstall the driver")
-    which = ", ".join(g.label for g in lost) or "a GPU"
-    return [
-        make_finding(
-            "GPU-HW-001", f"{which} lost (fallen off the bus): not a driver problem", evidence, host=facts.host
-        )
-    ]
-
-
-def check_nvml(facts: HostFacts, policy: Policy) -> list[Finding]:
-    """One or more findings for a failed NVML; none when NVML answered."""
-    nvml = facts.nvml
-    if nvml.ok:
+@rule("GPU-DRV-002")
+def version_mismatch(ev: Evidence) -> list[Finding]:
+    """GPU-DRV-002: NVML's driver/library version mismatch, with the kernel log's API mismatch lines."""
+    if ev.nvml_class != "version_mismatch" or ev.nvml is None:
         return []
-    cls = nvml.error_class
-    host = facts.host
-    if cls == "driver_not_loaded":
-        return _driver_not_loaded(facts, policy)
-    if cls == "version_mismatch":
-        return _version_mismatch(facts)
-    if cls == "gpu_lost":
-        return _lost(facts)
-    if cls == "timeout":
-        evidence = [_nvml_line(facts)]
-        if nvml.child_reaped is False:
-            evidence.append("the probe's NVML child could not be reaped after SIGKILL (stuck in the driver)")
-        return [make_finding("GPU-DRV-006", "NVML hung: the probe's NVML call timed out", evidence, host=host)]
-    if cls == "library_not_found":
-        evidence = [_nvml_line(facts), "libnvidia-ml.so.1 could not be loaded"]
+    nvml = ev.nvml
+    evidence = _nvml_lines(ev)
+    facts = ev.facts
+    if facts is not None:
+        pkgs = facts.packages
+        userspace = pkgs.driver_package_version
+        module, source = _loaded_module_version(ev, facts)
+        evidence.append(
+            f"userspace driver {userspace or '?'} ({pkgs.driver_package or 'no driver package'}) vs loaded kernel "
+            f"module {module or '?'} ({source})"
+        )
+        for mismatch in ev.kernel_log.api_mismatches[-1:]:
+            evidence.extend(mismatch.evidence)
+        changes = facts.apt_history.nvidia_changes()
+        if changes:
+            tx = changes[-1][0]
+            evidence.extend(describe(tx_, action) for tx_, action in changes if tx_ is tx)
+        summary = f"Driver/library version mismatch: userspace {userspace or '?'}, kernel module {module or '?'}"
+        return [make_finding("GPU-DRV-002", summary, evidence, host=ev.host)]
+    pairs = ev.kernel_log.api_mismatches
+    evidence.extend(line for a in pairs for line in a.evidence)
+    lib = f" (NVML library {nvml.library_version})" if nvml.library_version else ""
+    if pairs:
+        lib += f"; kernel module {pairs[-1].module_version}, client {pairs[-1].client_version}"
+    via = f"; container service {nvml.service} cannot start" if nvml.service else ""
+    summary = f"Driver/library version mismatch{lib}: userspace differs from the loaded kernel module{via}"
+    return [make_finding("GPU-DRV-002", summary, _uniq(evidence), host=ev.host)]
+
+
+@rule("GPU-DRV-003")
+def driver_not_installed(ev: Evidence) -> list[Finding]:
+    """GPU-DRV-003: NVML's library is missing, or the driver is not loaded and no NVIDIA package is installed."""
+    cls = ev.nvml_class
+    facts = ev.facts
+    evidence = _nvml_lines(ev)
+    if cls == "driver_not_loaded" and facts is not None and _driver_absent(facts):
+        evidence.append("no NVIDIA driver packages installed (dpkg status: no nvidia-*/libnvidia-* package)")
+        return [make_finding("GPU-DRV-003", "NVIDIA driver not installed on this host", evidence, host=ev.host)]
+    if cls != "library_not_found":
+        return []
+    if facts is not None:
+        evidence.append("libnvidia-ml.so.1 could not be loaded")
         if facts.packages.nvidia:
             evidence.append(
                 "NVIDIA packages are installed ("
@@ -171,26 +192,88 @@ def check_nvml(facts: HostFacts, policy: Policy) -> list[Finding]:
             )
         else:
             evidence.append("no NVIDIA driver packages installed")
-        return [make_finding("GPU-DRV-003", "NVIDIA driver not installed: libnvidia-ml not found", evidence, host=host)]
-    if cls == "handle_unknown_error":
-        bad = [g for g in nvml.gpus if g.error_class == "handle_unknown_error"]
-        evidence = [_nvml_line(facts)] + [f"{g.label}: {g.error}" for g in bad]
-        return [make_finding("GPU-HW-006", "NVML cannot get a device handle: Unknown Error", evidence, host=host)]
-    if cls == "no_devices":
-        evidence = [_nvml_line(facts)]
-        for failure in facts.kernel_log.rm_init_failures:
-            evidence.extend(failure.evidence)
-        return [make_finding("GPU-HW-007", "No NVIDIA devices found", evidence, host=host)]
-    return [make_finding("GPU-DRV-004", "NVML failed to initialise, cause unknown", [_nvml_line(facts)], host=host)]
+    summary = "NVIDIA driver not installed: libnvidia-ml not found"
+    return [make_finding("GPU-DRV-003", summary, evidence, host=ev.host)]
 
 
-def check_api_mismatch_log(facts: HostFacts, policy: Policy) -> list[Finding]:
-    """GPU-DRV-007: API mismatch lines in the kernel log while NVML itself did not report a mismatch."""
-    if facts.nvml.error_class == "version_mismatch" or not facts.kernel_log.api_mismatches:
+_EXPLAINED = frozenset(
+    {"driver_not_loaded", "version_mismatch", "library_not_found", "gpu_lost", "handle_unknown_error", "no_devices"}
+)
+
+
+@rule("GPU-DRV-004", final=True)
+def nvml_failed_cause_unknown(ev: Evidence, found: Sequence[Finding]) -> list[Finding]:
+    """GPU-DRV-004: NVML failed for a reason no class covers, or failed and no other rule found a critical cause."""
+    nvml = ev.nvml
+    if nvml is None or nvml.answered:
         return []
-    last = facts.kernel_log.api_mismatches[-1]
-    summary = f"Kernel log: NVIDIA client {last.client_version} vs kernel module {last.module_version}"
-    return [make_finding("GPU-DRV-007", summary, last.evidence, host=facts.host)]
+    facts = ev.facts
+    evidence = _nvml_lines(ev)
+    if nvml.error_class not in _EXPLAINED and nvml.error_class != "timeout":
+        if facts is not None:
+            return [make_finding("GPU-DRV-004", "NVML failed to initialise, cause unknown", evidence, host=ev.host)]
+        transcript = ev.transcript
+        if transcript is not None and transcript.nvml_init_error:
+            summary = f"NVML failed to initialise: {transcript.nvml_init_error}"
+        else:
+            call = transcript.nvml_function if transcript is not None else None
+            summary = f"NVML failed{f' in {call}' if call else ''}: {nvml.message or 'no reason given'}"
+        return [make_finding("GPU-DRV-004", summary, evidence, host=ev.host)]
+    if any(f.severity is Severity.CRITICAL for f in found):
+        return []
+    # NVML failed and nothing explains it: never healthy.
+    if nvml.error_class == "driver_not_loaded":
+        if facts is not None:
+            booted = facts.system.kernel
+            kernel = facts.booted_kernel
+            if kernel is None:
+                evidence.append(f"booted kernel {booted} is not a dpkg-installed kernel package; module state unknown")
+            else:
+                evidence.append(f"booted kernel {booted} has an nvidia module: {kernel.nvidia_module.path}")
+            if not facts.packages.available:
+                evidence.append(f"package database not read: {facts.packages.error}")
+            evidence.extend(f"kernel log: {m.text}" for m in ev.kernel_log.module_missing)
+        elif ev.transcript is not None and ev.transcript.running_kernel:
+            evidence.append(f"nvidia.ko found for the booted kernel {ev.transcript.running_kernel}")
+        summary = "NVIDIA driver not loaded although a module exists; cause unknown"
+    else:
+        summary = "NVML failed and no specific cause was found"
+    return [make_finding("GPU-DRV-004", summary, evidence, host=ev.host, severity=Severity.CRITICAL)]
+
+
+@rule("GPU-DRV-006")
+def nvml_hung(ev: Evidence) -> list[Finding]:
+    """GPU-DRV-006: the probe's NVML call timed out (NVML hung)."""
+    if ev.nvml_class != "timeout" or ev.nvml is None:
+        return []
+    evidence = _nvml_lines(ev)
+    if ev.nvml.child_reaped is False:
+        evidence.append("the probe's NVML child could not be reaped after SIGKILL (stuck in the driver)")
+    return [make_finding("GPU-DRV-006", "NVML hung: the probe's NVML call timed out", evidence, host=ev.host)]
+
+
+@rule("GPU-DRV-007")
+def api_mismatch_in_kernel_log(ev: Evidence) -> list[Finding]:
+    """GPU-DRV-007: API mismatch lines in the kernel log while NVML did not report a mismatch (GPU-DRV-002's)."""
+    mismatches = ev.kernel_log.api_mismatches
+    if not mismatches or ev.nvml_class == "version_mismatch":
+        return []
+    pairs = ", ".join(
+        dict.fromkeys(
+            f"client {a.client_version}"
+            + (f" ({a.client_process}, pid {a.client_pid})" if a.client_process else "")
+            + f" vs kernel module {a.module_version}"
+            for a in mismatches
+        )
+    )
+    return [
+        make_finding(
+            "GPU-DRV-007",
+            f"NVIDIA kernel module API mismatch x{len(mismatches)}: {pairs}",
+            _uniq(line for a in mismatches for line in a.evidence),
+            host=ev.host,
+        )
+    ]
 
 
 def host_driver_version(facts: HostFacts) -> tuple[str | None, str]:
@@ -202,7 +285,8 @@ def host_driver_version(facts: HostFacts) -> tuple[str | None, str]:
     return None, "unknown"
 
 
-def check_driver_drift(all_facts: Mapping[str, HostFacts], policy: Policy) -> dict[str, list[Finding]]:
+@fleet_rule("GPU-DRV-005")
+def driver_drift(all_facts: Mapping[str, HostFacts], policy: Policy) -> dict[str, list[Finding]]:
     """GPU-DRV-005 per host whose driver differs from the policy's version, else from the fleet's strict majority."""
     versions = {host: host_driver_version(f) for host, f in all_facts.items()}
     known = {h: v for h, (v, _) in versions.items() if v}

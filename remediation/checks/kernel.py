@@ -1,23 +1,44 @@
-"""Kernel and package hygiene: the S1 prevention side (GPU-KRN-00x, GPU-APT-001)."""
+"""Kernel and package hygiene: the S1 prevention side (GPU-KRN-00x, GPU-APT-001).
+
+What unattended-upgrades did or would do comes from three places, read by the same rules:
+
+- a host's effective configuration (``apt-config dump``: enabled, ``Package-Blacklist``; optionally a
+  ``--dry-run``), in the audit;
+- ``/var/log/apt/history.log``: transactions whose ``Commandline`` is ``unattended-upgrade`` (dry runs never
+  count), in the audit's facts and in pasted text;
+- ``/var/log/unattended-upgrades/unattended-upgrades.log``: each run's "Packages that will be upgraded" and its
+  "Initial blacklist" (the configuration at that run), in pasted text.
+
+GPU-KRN-003 (kernel packages) and GPU-KRN-004 (NVIDIA packages) say "unattended-upgrades would upgrade them":
+from the host's configuration when it is known (the history is not needed then: a host hardened since is
+compliant); otherwise from what it did: the packages it installed (history, log), less those the newest
+blacklist the log shows now covers. GPU-KRN-006 (info, one per host or text) lists every kernel or NVIDIA package
+unattended-upgrade installed.
+"""
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from dataclasses import dataclass
+
 from remediation.checks.blacklist import blacklist_match, invalid_entries, matches_any, next_kernel_packages
 from remediation.checks.debversion import compare_versions
+from remediation.checks.evidence import Evidence
 from remediation.checks.history import describe
-from remediation.checks.policy import Policy
+from remediation.checks.registry import rule
 from remediation.facts import HostFacts, KernelPackage
 from remediation.findings import Finding, Severity, make_finding
+from remediation.parsers import apt_history as apt_mod
 
 __all__ = [
-    "check_dpkg_lock",
-    "check_kernel_hold",
-    "check_newer_kernel_without_module",
-    "check_reboot_required",
-    "check_unattended_installs",
-    "check_unattended_kernel",
-    "check_unattended_nvidia",
+    "dpkg_lock_held",
     "kernel_newer",
+    "kernel_not_held",
+    "newer_kernel_without_module",
+    "reboot_required",
+    "unattended_installed",
+    "unattended_kernel",
+    "unattended_nvidia",
 ]
 
 
@@ -30,8 +51,12 @@ def kernel_newer(a: KernelPackage, b_release: str, b: KernelPackage | None) -> b
     return compare_versions(a.release, b_release) > 0
 
 
-def check_newer_kernel_without_module(facts: HostFacts, policy: Policy) -> list[Finding]:
+@rule("GPU-KRN-001")
+def newer_kernel_without_module(ev: Evidence) -> list[Finding]:
     """GPU-KRN-001: a kernel newer than the booted one is installed and has no NVIDIA module."""
+    facts = ev.facts
+    if facts is None:
+        return []
     booted_release = facts.system.kernel
     if not booted_release or not facts.packages.available or not facts.packages.nvidia:
         return []
@@ -73,8 +98,12 @@ def check_newer_kernel_without_module(facts: HostFacts, policy: Policy) -> list[
     return findings
 
 
-def check_kernel_hold(facts: HostFacts, policy: Policy) -> list[Finding]:
+@rule("GPU-KRN-002")
+def kernel_not_held(ev: Evidence) -> list[Finding]:
     """GPU-KRN-002: the booted kernel's packages or the kernel meta-packages are not held."""
+    facts = ev.facts
+    if facts is None:
+        return []
     booted = facts.booted_kernel
     pkgs = facts.packages
     if booted is None or not pkgs.available or not pkgs.nvidia:
@@ -82,7 +111,7 @@ def check_kernel_hold(facts: HostFacts, policy: Policy) -> list[Finding]:
     wanted = [booted.image_package]
     if booted.headers_installed:
         wanted.append(f"linux-headers-{booted.release}")
-    wanted.extend(name for name in pkgs.kernel_meta_names if matches_any(name, policy.kernel_blacklist_patterns))
+    wanted.extend(name for name in pkgs.kernel_meta_names if matches_any(name, ev.policy.kernel_blacklist_patterns))
     not_held = [name for name in wanted if name not in pkgs.held]
     if not not_held:
         return []
@@ -126,19 +155,119 @@ def _would_upgrade_lines(facts: HostFacts, patterns: tuple[str, ...]) -> list[st
     return [f"unattended-upgrade --dry-run would upgrade: {', '.join(hits)}"] if hits else []
 
 
-def check_unattended_kernel(facts: HostFacts, policy: Policy) -> list[Finding]:
-    """GPU-KRN-003: unattended-upgrades is enabled and would take kernel packages (blacklist missing/ineffective).
+# --- what unattended-upgrade did: history.log and its own log ----------------------------------------------------
 
-    Candidates: installed kernel packages that match the policy's kernel patterns (the booted kernel's image,
-    headers and modules, the meta-packages) plus the next ABI's package names, which arrive as new dependencies of
-    the meta-packages.  A candidate is protected when a blacklist entry ``re.match``-es it or (installed ones) it is
-    held; the next ABI's names count only while a meta-package that would pull them in is unprotected.
+
+@dataclass(frozen=True)
+class _Change:
+    """A package unattended-upgrade changed in one real (not dry) run."""
+
+    when: str | None
+    package: str
+    what: str  # "Upgrade linux-image-generic 6.5.0.44.44 → 6.5.0.45.45"
+    source: str  # "history.log" | "unattended-upgrades.log"
+    lines: tuple[str, ...]  # the run's lines that show it
+
+
+def _describe(a: apt_mod.AptAction) -> str:
+    if a.old_version and a.version:
+        return f"{a.action} {a.package} {a.old_version} → {a.version}"
+    return f"{a.action} {a.package} {a.version or ''}".rstrip()
+
+
+_RUN_LINES = (
+    "Starting unattended upgrades script",
+    "Initial blacklist",
+    "Packages that will be upgraded",
+    "All upgrades installed",
+    "Installing the upgrades failed",
+)
+
+
+def _changes(
+    ev: Evidence, wanted: Callable[[apt_mod.AptAction], bool], package: Callable[[str], bool]
+) -> list[_Change]:
+    """What unattended-upgrade changed for real, from apt history (``wanted`` actions) and its log (``package``)."""
+    out: list[_Change] = []
+    for t in ev.apt_history.transactions:
+        if t.dry_run or t.actor != "unattended-upgrade":
+            continue
+        who = tuple(line for line in t.text if line.startswith(("Commandline:", "Requested-By:")))
+        out.extend(
+            _Change(t.start, a.package, _describe(a), "history.log", (describe(t, a), *who))
+            for a in t.actions
+            if wanted(a)
+        )
+    for run in ev.unattended_log.runs:
+        if not run.installed:
+            continue
+        lines = run.lines_with(*_RUN_LINES)
+        out.extend(
+            _Change(run.start, p, f"Upgrade {p}", "unattended-upgrades.log", lines) for p in run.packages if package(p)
+        )
+    return out
+
+
+def _by_time(changes: list[_Change], *, names: bool = False) -> str:
+    """``at T1: what, what; at T2: what`` (``names``: package names, not the versions)."""
+    groups: dict[str | None, list[str]] = {}
+    for c in changes:
+        groups.setdefault(c.when, []).append(c.package if names else c.what)
+    return "; ".join(f"at {when or 'unknown time'}: {', '.join(dict.fromkeys(w))}" for when, w in groups.items())
+
+
+def _lines(changes: list[_Change]) -> tuple[str, ...]:
+    """The changes' lines, each once; who asked for them (``Commandline:``/``Requested-By:``) last."""
+    lines = list(dict.fromkeys(line for c in changes for line in c.lines))
+    who = [line for line in lines if line.startswith(("Commandline:", "Requested-By:"))]
+    return tuple([line for line in lines if line not in who] + who)
+
+
+def _did_upgrade(ev: Evidence, family: str, changes: list[_Change]) -> tuple[str, tuple[str, ...]] | None:
+    """Where the host's configuration is not known: (summary, evidence) when unattended-upgrade changed
+    ``family`` packages that the newest blacklist in its log (if any) does not cover; else None."""
+    blacklist = ev.unattended_log.blacklist
+    evidence: list[str] = []
+    if blacklist is not None:
+        covered = [c for c in changes if blacklist_match(c.package, blacklist) is not None]
+        changes = [c for c in changes if blacklist_match(c.package, blacklist) is None]
+        if covered:
+            names = ", ".join(dict.fromkeys(c.package for c in covered))
+            evidence.append(f"covered by the newest blacklist in the log now: {names}")
+    if not changes:
+        return None
+    evidence = [*_lines(changes), *evidence]
+    if blacklist is not None:
+        shown = " ".join(blacklist) or "empty"
+        evidence.append(f"newest Initial blacklist in the log: {shown}")
+    summary = f"unattended-upgrade changed {family} packages {_by_time(changes)}"
+    return summary, tuple(evidence)
+
+
+@rule("GPU-KRN-003")
+def unattended_kernel(ev: Evidence) -> list[Finding]:
+    """GPU-KRN-003: unattended-upgrades would upgrade kernel packages (blacklist missing or ineffective).
+
+    Host: the candidates are the installed kernel packages that match the policy's kernel patterns (the booted
+    kernel's image, headers and modules, the meta-packages) plus the next ABI's package names, which arrive as new
+    dependencies of the meta-packages. A candidate is protected when a blacklist entry ``re.match``-es it or
+    (installed ones) it is held; the next ABI's names count only while a meta-package that would pull them in is
+    unprotected. Text: the kernel packages unattended-upgrade installed (see the module docstring).
     """
+    facts = ev.facts
+    if facts is None:
+        changes = _changes(
+            ev, lambda a: a.is_kernel and a.action not in ("Remove", "Purge"), apt_mod.is_kernel_package
+        )
+        found = _did_upgrade(ev, "kernel", changes)
+        if found is None:
+            return []
+        return [make_finding("GPU-KRN-003", found[0], found[1], host=ev.host)]
     uu = facts.unattended_upgrades
     pkgs = facts.packages
     if not uu.enabled or not pkgs.available:
         return []
-    patterns = policy.kernel_blacklist_patterns
+    patterns = ev.policy.kernel_blacklist_patterns
     installed = [k.image_package for k in pkgs.kernels]
     booted = facts.system.kernel or ""
     installed += [f"linux-headers-{k.release}" for k in pkgs.kernels if k.headers_installed]
@@ -166,13 +295,22 @@ def check_unattended_kernel(facts: HostFacts, policy: Policy) -> list[Finding]:
     ]
 
 
-def check_unattended_nvidia(facts: HostFacts, policy: Policy) -> list[Finding]:
-    """GPU-KRN-004: unattended-upgrades is enabled and installed NVIDIA packages are neither blacklisted nor held."""
+@rule("GPU-KRN-004")
+def unattended_nvidia(ev: Evidence) -> list[Finding]:
+    """GPU-KRN-004: unattended-upgrades would upgrade NVIDIA packages: host, installed NVIDIA packages neither
+    blacklisted nor held while it is enabled; text, the NVIDIA packages it changed (see the module docstring)."""
+    facts = ev.facts
+    if facts is None:
+        changes = _changes(ev, lambda a: a.is_nvidia, apt_mod.is_nvidia_package)
+        found = _did_upgrade(ev, "NVIDIA", changes)
+        if found is None:
+            return []
+        return [make_finding("GPU-KRN-004", found[0], found[1], host=ev.host)]
     uu = facts.unattended_upgrades
     pkgs = facts.packages
     if not uu.enabled or not pkgs.available:
         return []
-    patterns = policy.nvidia_package_patterns
+    patterns = ev.policy.nvidia_package_patterns
     candidates = [n for n in pkgs.nvidia_names if matches_any(n, patterns)]
     unprotected, lines = _unprotected(facts, candidates)
     would = _would_upgrade_lines(facts, patterns)
@@ -188,9 +326,11 @@ def check_unattended_nvidia(facts: HostFacts, policy: Policy) -> list[Finding]:
     ]
 
 
-def check_reboot_required(facts: HostFacts, policy: Policy) -> list[Finding]:
+@rule("GPU-KRN-005")
+def reboot_required(ev: Evidence) -> list[Finding]:
     """GPU-KRN-005: /run/reboot-required exists."""
-    if not facts.system.reboot_required:
+    facts = ev.facts
+    if facts is None or not facts.system.reboot_required:
         return []
     pkgs = ", ".join(facts.system.reboot_required_pkgs) or "(no reboot-required.pkgs)"
     return [
@@ -200,25 +340,27 @@ def check_reboot_required(facts: HostFacts, policy: Policy) -> list[Finding]:
     ]
 
 
-def check_unattended_installs(facts: HostFacts, policy: Policy) -> list[Finding]:
-    """GPU-KRN-006 (info): unattended-upgrade installed kernel or NVIDIA packages (real runs, not --dry-run)."""
-    lines = []
-    for tx in facts.apt_transactions:
-        if tx.dry_run or tx.actor != "unattended-upgrade":
-            continue
-        for action in tx.actions:
-            if action.action in ("Remove", "Purge"):
-                continue
-            if action.is_kernel or action.is_nvidia:
-                lines.append(describe(tx, action))
-    if not lines:
+@rule("GPU-KRN-006")
+def unattended_installed(ev: Evidence) -> list[Finding]:
+    """GPU-KRN-006 (info), one per host or text: unattended-upgrade installed kernel or NVIDIA packages (real runs:
+    dry runs never count; removals are not installs)."""
+    changes = _changes(
+        ev,
+        lambda a: (a.is_kernel or a.is_nvidia) and a.action not in ("Remove", "Purge"),
+        lambda p: apt_mod.is_kernel_package(p) or apt_mod.is_nvidia_package(p),
+    )
+    if not changes:
         return []
-    return [make_finding("GPU-KRN-006", "unattended-upgrade installed kernel/NVIDIA packages", lines, host=facts.host)]
+    summary = f"unattended-upgrade installed kernel/NVIDIA packages {_by_time(changes, names=True)}"
+    return [make_finding("GPU-KRN-006", summary, _lines(changes), host=ev.host)]
 
 
-def check_dpkg_lock(facts: HostFacts, policy: Policy) -> list[Finding]:
+@rule("GPU-APT-001")
+def dpkg_lock_held(ev: Evidence) -> list[Finding]:
     """GPU-APT-001: a dpkg/apt lock is held (a remediation would fail or wait)."""
-    lock = facts.dpkg_lock
+    if ev.facts is None:
+        return []
+    lock = ev.facts.dpkg_lock
     if not lock.held:
         return []
     holder = (
@@ -226,6 +368,6 @@ def check_dpkg_lock(facts: HostFacts, policy: Policy) -> list[Finding]:
     )
     return [
         make_finding(
-            "GPU-APT-001", f"dpkg lock held by {holder}", [f"/var/lib/dpkg lock held by {holder}"], host=facts.host
+            "GPU-APT-001", f"dpkg lock held by {holder}", [f"/var/lib/dpkg lock held by {holder}"], host=ev.host
         )
     ]

@@ -13,11 +13,11 @@ Decisions:
 
 from __future__ import annotations
 
-from remediation.checks.policy import Policy
-from remediation.facts import HostFacts
+from remediation.checks.evidence import Evidence
+from remediation.checks.registry import rule
 from remediation.findings import Finding, Severity, make_finding
 
-__all__ = ["THROTTLE_REASONS", "check_temperature", "check_throttle"]
+__all__ = ["THROTTLE_REASONS", "temperature_alert", "temperature_slowdown", "throttle"]
 
 THROTTLE_REASONS = ("hw_slowdown", "hw_thermal_slowdown", "sw_thermal_slowdown", "hw_power_brake_slowdown")
 
@@ -26,38 +26,60 @@ def _v(value: object) -> str:
     return "?" if value is None else str(value)
 
 
-def check_temperature(facts: HostFacts, policy: Policy) -> list[Finding]:
+def _temperatures(ev: Evidence) -> list[tuple[str, int, int | None, str]]:
+    """(label, temperature, slowdown threshold, evidence line) per GPU that reports a temperature."""
+    if ev.facts is None:
+        return []
     out = []
-    for gpu in facts.nvml.gpus:
+    for gpu in ev.facts.nvml.gpus:
         temp = gpu.temperature_c
         if not gpu.ok or temp is None:
             continue
         slowdown = gpu.thresholds.slowdown
-        limits = f"alert {policy.temp_alert_c} °C, slowdown {slowdown if slowdown is not None else '?'} °C"
-        if slowdown is not None and temp >= slowdown:
-            out.append(
-                make_finding(
-                    "GPU-THM-002",
-                    f"{gpu.label} at {temp} °C, at or above its slowdown threshold {slowdown} °C",
-                    [f"{gpu.label}: temperature {temp} °C ({limits})"],
-                    host=facts.host,
-                )
-            )
-        elif temp >= policy.temp_alert_c:
-            out.append(
-                make_finding(
-                    "GPU-THM-001",
-                    f"{gpu.label} at {temp} °C, at or above the alert threshold {policy.temp_alert_c} °C",
-                    [f"{gpu.label}: temperature {temp} °C ({limits})"],
-                    host=facts.host,
-                )
-            )
+        limits = f"alert {ev.policy.temp_alert_c} °C, slowdown {slowdown if slowdown is not None else '?'} °C"
+        out.append((gpu.label, temp, slowdown, f"{gpu.label}: temperature {temp} °C ({limits})"))
     return out
 
 
-def check_throttle(facts: HostFacts, policy: Policy) -> list[Finding]:
+@rule("GPU-THM-001")
+def temperature_alert(ev: Evidence) -> list[Finding]:
+    """GPU-THM-001: at or above the alert threshold and below the GPU's slowdown threshold (one per GPU)."""
+    alert = ev.policy.temp_alert_c
+    return [
+        make_finding(
+            "GPU-THM-001",
+            f"{label} at {temp} °C, at or above the alert threshold {alert} °C",
+            [line],
+            host=ev.host,
+        )
+        for label, temp, slowdown, line in _temperatures(ev)
+        if temp >= alert and not (slowdown is not None and temp >= slowdown)
+    ]
+
+
+@rule("GPU-THM-002")
+def temperature_slowdown(ev: Evidence) -> list[Finding]:
+    """GPU-THM-002: at or above the GPU's own slowdown threshold (one per GPU)."""
+    return [
+        make_finding(
+            "GPU-THM-002",
+            f"{label} at {temp} °C, at or above its slowdown threshold {slowdown} °C",
+            [line],
+            host=ev.host,
+        )
+        for label, temp, slowdown, line in _temperatures(ev)
+        if slowdown is not None and temp >= slowdown
+    ]
+
+
+@rule("GPU-THM-003")
+def throttle(ev: Evidence) -> list[Finding]:
+    """GPU-THM-003: clock event reasons that slow work (one per GPU)."""
+    if ev.facts is None:
+        return []
+    policy = ev.policy
     out = []
-    for gpu in facts.nvml.gpus:
+    for gpu in ev.facts.nvml.gpus:
         if not gpu.ok:
             continue
         active = set(gpu.clocks_event_reasons)
@@ -77,7 +99,7 @@ def check_throttle(facts: HostFacts, policy: Policy) -> list[Finding]:
                 "GPU-THM-003",
                 f"{gpu.label} clocks reduced: {', '.join(reasons)}",
                 evidence,
-                host=facts.host,
+                host=ev.host,
                 severity=None if throttling else Severity.INFO,
             )
         )

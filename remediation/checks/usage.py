@@ -2,28 +2,35 @@
 
 from __future__ import annotations
 
-from remediation.checks.policy import Policy
-from remediation.facts import HostFacts
+from remediation.checks.evidence import Evidence
+from remediation.checks.registry import rule
 from remediation.findings import Finding, make_finding
 
-__all__ = ["check_memory_full", "check_persistence_mode"]
+__all__ = ["memory_full", "persistence_mode_off"]
 
 _MIB = 1024 * 1024
 
 
-def check_persistence_mode(facts: HostFacts, policy: Policy) -> list[Finding]:
+@rule("GPU-CFG-001")
+def persistence_mode_off(ev: Evidence) -> list[Finding]:
     """GPU-CFG-001: one finding per host listing the GPUs with persistence mode off."""
-    off = [g for g in facts.nvml.gpus if g.ok and g.persistence_mode is False]
+    if ev.facts is None:
+        return []
+    off = [g for g in ev.facts.nvml.gpus if g.ok and g.persistence_mode is False]
     if not off:
         return []
     evidence = [f"{g.label}: persistence mode off" for g in off]
-    return [make_finding("GPU-CFG-001", f"Persistence mode off on {len(off)} GPU(s)", evidence, host=facts.host)]
+    return [make_finding("GPU-CFG-001", f"Persistence mode off on {len(off)} GPU(s)", evidence, host=ev.host)]
 
 
-def check_memory_full(facts: HostFacts, policy: Policy) -> list[Finding]:
+@rule("GPU-MEM-001")
+def memory_full(ev: Evidence) -> list[Finding]:
     """GPU-MEM-001: used memory at or above ``policy.memory_full_pct``, with the processes holding it."""
+    if ev.facts is None:
+        return []
+    policy = ev.policy
     out = []
-    for gpu in facts.nvml.gpus:
+    for gpu in ev.facts.nvml.gpus:
         if not gpu.ok or gpu.memory is None or not gpu.memory.total:
             continue
         pct = gpu.memory.used_pct
@@ -39,5 +46,5 @@ def check_memory_full(facts: HostFacts, policy: Policy) -> list[Finding]:
             evidence.append(f"pid {proc.pid} ({proc.name or 'name not visible'}): {used}")
         if not procs:
             evidence.append("no compute process visible to NVML (other container/namespace, or driver reservation)")
-        out.append(make_finding("GPU-MEM-001", f"{gpu.label} memory {pct:.0f} % full", evidence, host=facts.host))
+        out.append(make_finding("GPU-MEM-001", f"{gpu.label} memory {pct:.0f} % full", evidence, host=ev.host))
     return out

@@ -1,10 +1,12 @@
-"""Pure parsers of field text (nvidia-smi/NVML failures, kernel logs, apt history, DKMS output).
+"""Pure parsers of field text (nvidia-smi/NVML failures, kernel logs, apt history, DKMS output, unattended-upgrades'
+log).
 
 Every parser is ``parse(text) -> frozen dataclass`` and never raises. :func:`detect_kind` says which parser a
 piece of text is for, by scoring format markers; :data:`KINDS` is the registry. The host kinds (NVML text, kernel
-log, apt history, DKMS) are registered here and diagnosed by :mod:`remediation.diagnose`; every other area
-registers its own kinds from its own package, with their ``diagnose`` handler on the :class:`KindSpec`, and names
-that module in :data:`PLUGIN_MODULES` (imported on first use, so importing this package stays cheap).
+log, apt history, DKMS, unattended-upgrades' log) are registered here and diagnosed by :mod:`remediation.diagnose`;
+every other area registers its own kinds from its own package, with their ``diagnose`` handler on the
+:class:`KindSpec`, and names that module in :data:`PLUGIN_MODULES` (imported on first use, so importing this package
+stays cheap).
 
 Mixed text (nvidia-smi output pasted together with kernel lines, a transcript with ``dkms status``): the highest
 score wins, and the NVML error messages score highest on purpose. They are the symptom the operator is asking about,
@@ -20,7 +22,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from remediation.parsers import apt_history, dkms, kernel_log, nvml_text
+from remediation.parsers import apt_history, dkms, kernel_log, nvml_text, unattended_upgrades
 
 __all__ = ["KINDS", "PLUGIN_MODULES", "UNKNOWN", "Diagnoser", "KindSpec", "detect_kind", "kinds", "register", "scores"]
 
@@ -93,10 +95,20 @@ _DKMS_MARKERS = (
     (re.compile(r"/var/lib/dkms/|dkms\.conf|dkms autoinstall|/etc/kernel/postinst\.d/dkms", re.I), 3, 3),
 )
 
+_UU_MARKERS = (
+    (re.compile(r"Starting unattended upgrades script|Allowed origins are:", re.I), 10, 2),
+    (re.compile(r"Initial (?:blacklist|whitelist)(?:ed packages)?\b", re.I), 10, 2),
+    (re.compile(r"Packages that will be upgraded:|No packages found that can be upgraded unattended", re.I), 10, 2),
+    (re.compile(r"Unattended[- ]upgrades? result|Packages that (?:were upgraded|attempted to upgrade):", re.I), 10, 1),
+    (re.compile(r"Package \S+ is (?:blacklisted|marked to be held back)|skipping blacklisted package", re.I), 6, 2),
+    (re.compile(r"Packages that (?:are auto removed|were successfully auto-removed|are kept back):", re.I), 6, 1),
+    (re.compile(r"Writing dpkg log to|unattended-upgrades-dpkg\.log|All upgrades installed", re.I), 4, 2),
+)
+
 KINDS: dict[str, KindSpec] = {}
 
 #: Modules that register more kinds when imported, one per area (``remediation.<area>.<module>``).
-PLUGIN_MODULES: tuple[str, ...] = ("remediation.aoai.kind",)
+PLUGIN_MODULES: tuple[str, ...] = ("remediation.k8s.kinds", "remediation.aoai.kind")
 _plugins_loaded = False
 
 
@@ -105,10 +117,29 @@ def register(spec: KindSpec) -> None:
     KINDS[spec.name] = spec
 
 
-register(KindSpec("nvml", _marker_score(_NVML_MARKERS), nvml_text.parse, "nvidia-smi / NVML failure text"))
+_nvml_markers = _marker_score(_NVML_MARKERS)
+
+
+def _nvml_score(text: str) -> int:
+    """nvidia-smi's wording, plus 10 when any program names an NVML error (call + NVML's error string/name/code)."""
+    score = _nvml_markers(text)
+    if ("nvml" in text.lower() or "handle" in text.lower()) and nvml_text.mentions(" ".join(text.split())):
+        score += 10
+    return score
+
+
+register(KindSpec("nvml", _nvml_score, nvml_text.parse, "nvidia-smi / NVML failure text, NVML errors of any program"))
 register(KindSpec("kernel-log", _marker_score(_KERNEL_MARKERS), kernel_log.parse, "kernel log lines about NVIDIA"))
 register(KindSpec("apt-history", _marker_score(_APT_MARKERS), apt_history.parse, "/var/log/apt/history.log"))
 register(KindSpec("dkms", _marker_score(_DKMS_MARKERS), dkms.parse, "dkms status / DKMS build output"))
+register(
+    KindSpec(
+        "unattended-upgrades-log",
+        _marker_score(_UU_MARKERS),
+        unattended_upgrades.parse,
+        "/var/log/unattended-upgrades/unattended-upgrades.log",
+    )
+)
 
 
 def kinds() -> dict[str, KindSpec]:

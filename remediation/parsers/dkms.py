@@ -1,9 +1,10 @@
 """``dkms status`` and DKMS build output → :class:`Dkms`.
 
 ``dkms status`` rows, both formats: old ``module, version, kernel, arch: state`` and new ``module/version, kernel,
-arch: state`` (also the kernel-less ``module/version: added``), with suffixes such as ``(original_module exists)``
-kept as ``note``. ``Error! …`` lines are kept as errors (with the module/version of a ``/var/lib/dkms/M/V/`` path on
-the next line).
+arch: state`` (also the kernel-less ``module/version: added``). Whatever follows the state is kept as ``note``:
+``(original_module exists)``, ``(WARNING! Diff between built and installed module!)``, or a warning glued to the
+state with no space (``installedWARNING! ...``); the entry is kept either way. ``Error! …`` lines are kept as
+errors (with the module/version of a ``/var/lib/dkms/M/V/`` path on the next line).
 
 Build output: ``Bad return status for module build on kernel: K`` and ``Building DKMS module 'M-V' for K... FAILED!``
 are build failures (module/version from the ``/var/lib/dkms/M/V/`` path nearby, the reason from the lines before:
@@ -109,17 +110,20 @@ class Dkms:
 
 
 _A = re.ASCII
+# The state is one of DKMS's words, whatever follows it: a note in parentheses, a build warning glued to it
+# ("installedWARNING! Diff between built and installed module!"), or anything else (kept as ``note``).
+_STATE = r"(?P<state>(?i:installed-weak|installed|unbuilt|built|added|broken))(?![a-z-])(?P<rest>.*)$"
 _STATUS_OLD = re.compile(
     r"^(?P<module>[A-Za-z0-9_.+-]+), (?P<version>[^,\s]+)(?:, (?P<kernel>[^,\s]+), (?P<arch>[^,:\s]+))?:\s*"
-    r"(?P<state>[A-Za-z-]+)\s*(?:\((?P<note>[^)]*)\))?",
+    + _STATE,
     _A,
 )
 _STATUS_NEW = re.compile(
     r"^(?P<module>[A-Za-z0-9_.+-]+)/(?P<version>[^,\s/]+)(?:, (?P<kernel>[^,\s]+), (?P<arch>[^,:\s]+))?:\s*"
-    r"(?P<state>[A-Za-z-]+)\s*(?:\((?P<note>[^)]*)\))?",
+    + _STATE,
     _A,
 )
-_STATES = frozenset({"installed", "built", "added", "broken", "installed-weak", "unbuilt"})
+_PAREN = re.compile(r"\(([^()]*)\)")
 _DKMS_PATH = re.compile(r"/var/lib/dkms/(?P<module>[^/\s]+)/(?P<version>[^/\s]+)/", _A)
 _BAD_RETURN = re.compile(
     r"Bad return status for module build on kernel: ?(?P<kernel>\S+?)(?: \((?P<arch>[^)]*)\))?$", _A
@@ -159,6 +163,17 @@ _DPKG_PROCESSING = re.compile(r"dpkg: error processing package (?P<pkg>\S+)", _A
 _DPKG_STATUS = re.compile(r"returned error exit status (?P<code>[0-9]+)", _A)
 _TRIGGERS = re.compile(r"Processing triggers for (?P<pkg>linux-image-\S+)", _A)
 _DKMS_MISSING = re.compile(r"program 'dkms' is currently not installed|dkms: (?:command )?not found", _A)
+
+
+def _note(rest: str) -> str | None:
+    """What follows the state: ``(original_module exists)`` -> ``original_module exists``; several parenthesised
+    notes and any other text (a glued ``WARNING! ...``) joined with ``; ``."""
+    parts = [p.strip() for p in _PAREN.findall(rest)]
+    outside = " ".join(_PAREN.sub(" ", rest).split()).strip(" ,;:")
+    if outside:
+        parts.append(outside)
+    parts = [p for p in parts if p]
+    return "; ".join(parts) if parts else None
 
 
 def _split_mv(mv: str) -> tuple[str | None, str | None]:
@@ -202,7 +217,7 @@ def parse(text: str) -> Dkms:
         body = line.lstrip("$#~ ").strip() if line.startswith(("$", "#", "~")) else line
 
         status = _STATUS_NEW.match(body) or _STATUS_OLD.match(body)
-        if status and status.group("state").lower() in _STATES:
+        if status:
             entries.append(
                 DkmsEntry(
                     module=status.group("module"),
@@ -210,7 +225,7 @@ def parse(text: str) -> Dkms:
                     kernel=status.group("kernel"),
                     arch=status.group("arch"),
                     state=status.group("state").lower(),
-                    note=status.group("note").strip() if status.group("note") else None,
+                    note=_note(status.group("rest")),
                     text=line,
                 )
             )

@@ -1407,6 +1407,87 @@ def collect_dpkg_lock(options):
 
 
 # --------------------------------------------------------------------------------------------------
+# processes that hold the GPU device files open (works when NVML does not)
+
+# /dev/nvidia0.., /dev/nvidiactl, /dev/nvidia-uvm(-tools), /dev/nvidia-modeset, /dev/nvidia-caps/*: every CUDA
+# process opens nvidiactl and the device of each GPU it uses, so this finds jobs even while NVML fails
+# (driver/library mismatch, NVML hung) and the loaded module still runs them.
+_DEVICE_RE = re.compile(r"^/dev/nvidia(?:[0-9]+|ctl|-uvm|-uvm-tools|-modeset|-caps/.*)$")
+# Driver services that hold the devices on every healthy GPU host; they are not workloads.
+DRIVER_SERVICES = frozenset(
+    ("nvidia-persistenced", "nv-fabricmanager", "nv-hostengine", "dcgm-exporter", "nvidia-smi", "nvidia-powerd")
+)
+DEVICE_USERS_MAX = 256
+
+
+def collect_device_users(options):
+    # type: (Options) -> Optional[Dict[str, Any]]
+    """Processes holding an NVIDIA device file open, from /proc/<pid>/fd (this probe and its children excluded).
+
+    None where there is no /proc to read (a probe of an image or a test tree): unknown, not "no users"."""
+    proc = options.path("/proc")
+    if not os.path.isdir(proc):
+        return None
+    me = os.getpid()
+    users = []  # type: List[Dict[str, Any]]
+    unreadable = 0
+    for name in sorted(os.listdir(proc), key=lambda n: (len(n), n)):
+        if not name.isdigit() or int(name) == me:
+            continue
+        fd_dir = os.path.join(proc, name, "fd")
+        try:
+            fds = os.listdir(fd_dir)
+        except OSError:
+            unreadable += 1  # gone, or not ours to read: counted, never guessed
+            continue
+        devices = set()
+        for fd in fds:
+            try:
+                target = os.readlink(os.path.join(fd_dir, fd))
+            except OSError:
+                continue
+            if _DEVICE_RE.match(target):
+                devices.add(target)
+        if not devices:
+            continue
+        comm = (_read_text_quiet(os.path.join(proc, name, "comm")) or "").strip()
+        if _parent_pid(os.path.join(proc, name, "stat")) == me:
+            continue  # the probe's own NVML child
+        users.append(
+            {
+                "pid": int(name),
+                "comm": comm or None,
+                "devices": sorted(devices),
+                "gpus": sorted(int(d[len("/dev/nvidia") :]) for d in devices if d[len("/dev/nvidia") :].isdigit()),
+                "service": comm in DRIVER_SERVICES,
+            }
+        )
+        if len(users) >= DEVICE_USERS_MAX:
+            break
+    return {"users": users, "unreadable": unreadable, "truncated": len(users) >= DEVICE_USERS_MAX}
+
+
+def _read_text_quiet(path):
+    # type: (str) -> Optional[str]
+    try:
+        return _read_text(path)
+    except (IOError, OSError):
+        return None
+
+
+def _parent_pid(stat_path):
+    # type: (str) -> Optional[int]
+    text = _read_text_quiet(stat_path)
+    if not text or ")" not in text:
+        return None
+    fields = text.rsplit(")", 1)[1].split()
+    try:
+        return int(fields[1])
+    except (IndexError, ValueError):
+        return None
+
+
+# --------------------------------------------------------------------------------------------------
 # assembly
 
 
@@ -1461,6 +1542,7 @@ def collect(options=None):
     doc["kernel_log"] = section("kernel_log", collect_kernel_log, options, boot_time)
     doc["dkms_status"] = section("dkms_status", collect_dkms_status, options)
     doc["dpkg_lock"] = section("dpkg_lock", collect_dpkg_lock, options)
+    doc["device_users"] = section("device_users", collect_device_users, options)
     doc["errors"] = errors
     doc["duration_ms"] = int((time.monotonic() - started) * 1000)
     return doc

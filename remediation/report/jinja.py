@@ -1,4 +1,9 @@
-"""The one Jinja2 environment of the report formats: ``StrictUndefined``, no autoescape (Markdown, not HTML).
+"""The one Jinja2 environment factory (:func:`strict_environment`: ``StrictUndefined``, no autoescape), and the
+report formats' environment built with it.
+
+:func:`strict_environment` is what every Python-side template goes through: the report formats here and the
+Kubernetes manifests of ``templates/k8s/`` (:mod:`remediation.k8s.render`, which adds a ``finalize`` that refuses
+any value not serialised by its ``tojson``).
 
 Templates live in ``remediation/report/templates/``. Values from the field reach a template only through the
 Markdown filters of :mod:`remediation.report.markdown` (``fence``, ``code``, ``md``), so a template decides the
@@ -8,6 +13,7 @@ document's structure and evidence cannot. A missing variable or a template error
 
 from __future__ import annotations
 
+from collections.abc import Callable, Mapping
 from functools import lru_cache
 from pathlib import Path
 from typing import Any
@@ -17,22 +23,35 @@ import jinja2
 from remediation.errors import TemplateError
 from remediation.report import markdown
 
-__all__ = ["TEMPLATES", "environment", "render_template"]
+__all__ = ["TEMPLATES", "environment", "render_template", "strict_environment"]
 
 TEMPLATES = Path(__file__).resolve().parent / "templates"
 
 
-@lru_cache(maxsize=1)
-def environment() -> jinja2.Environment:
-    """The shared environment (cached: templates are compiled once per process)."""
+def strict_environment(
+    directory: Path,
+    filters: Mapping[str, Callable[..., Any]] | None = None,
+    finalize: Callable[[Any], Any] | None = None,
+) -> jinja2.Environment:
+    """An environment over ``directory``: a missing variable is an error, nothing is escaped implicitly (the
+    callers' filters serialise or escape every value for their format), ``filters`` added."""
     env = jinja2.Environment(
-        loader=jinja2.FileSystemLoader(TEMPLATES),
+        loader=jinja2.FileSystemLoader(directory),
         undefined=jinja2.StrictUndefined,
-        autoescape=False,  # noqa: S701 - the output is Markdown; the Markdown filters do the escaping
+        autoescape=False,  # noqa: S701 - not HTML: Markdown or YAML, escaped/serialised by the callers' filters
         keep_trailing_newline=True,
         trim_blocks=True,
         lstrip_blocks=True,
+        finalize=finalize,
     )
+    env.filters.update(filters or {})
+    return env
+
+
+@lru_cache(maxsize=1)
+def environment() -> jinja2.Environment:
+    """The report formats' environment (cached: templates are compiled once per process)."""
+    env = strict_environment(TEMPLATES)
     env.filters["fence"] = markdown.fence
     env.filters["code"] = markdown.code
     env.filters["md"] = markdown.inline

@@ -16,6 +16,7 @@ from rich.table import Table
 from remediation import catalog
 from remediation.checks.history import last_change_of, who
 from remediation.report.markdown import code, fence, inline
+from remediation.restore.lock import describe_lease
 
 if TYPE_CHECKING:
     from remediation.audit import HostAudit
@@ -71,8 +72,10 @@ def print_restore_result(console: Console, result: RestoreResult) -> None:
             detail += " | " + o.undo_error
         table.add_row(o.host, o.status.value, _nvml(result.before.host(o.host)), _nvml(after), detail)
     console.print(table)
-    if result.stopped and result.stopped.startswith("stopped"):
-        console.print(f"[red]{result.stopped}[/red]")
+    if result.stopped and result.stopped not in ("dry-run", "declined", "nothing to do"):
+        console.print(f"[red]{result.stopped}[/red]", markup=True)
+    for line in _lease_lines(result):
+        console.print(line, markup=False)
     console.print("restored" if result.exit_code == 0 else "[red]not restored: see the table[/red]")
 
 
@@ -109,11 +112,26 @@ def _section_resolution(o: HostOutcome, result: RestoreResult) -> list[str]:
     return lines
 
 
+def _lease_lines(result: RestoreResult) -> list[str]:
+    leases = result.leases
+    if leases is None:
+        return []
+    out = [f"restore lease held on {len(leases.held)} host(s) of the fleet while the run changed hosts"]
+    if leases.unreachable:
+        out.append(f"not leased (unreachable): {', '.join(leases.unreachable)}")
+    for host, stale in sorted(leases.took_over.items()):
+        out.append(f"{host}: took over the expired lease of {describe_lease(stale)}")
+    return out
+
+
 def render_restore_report(result: RestoreResult) -> str:
     """Markdown: one incident per host the run acted on or left broken, five sections each."""
     out = [f"# Driver restore {code(result.run_id)} on fleet {code(result.fleet)}", ""]
     if result.stopped:
         out += [f"Run: {inline(result.stopped)}", ""]
+    out += [f"- {inline(line)}" for line in _lease_lines(result)]
+    if result.leases is not None:
+        out.append("")
     for o in result.outcomes:
         before = result.before.host(o.host)
         if o.status.value == "healthy":

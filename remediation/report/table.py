@@ -1,5 +1,10 @@
 """The fleet table for a terminal (rich): one row per host, the findings in detail, a summary and the exit code.
 
+Two columns say what on-call reads first, each meaning one thing: ``probe`` whether the host answered the probe
+(``probed``, ``unreachable``, ``timed out``, ``probe failed``) and ``health`` what the answer says (``critical``,
+``warning``, ``healthy``; ``unknown`` for a host that could not be probed, never healthy). A host with a critical
+finding reads ``probed`` / ``critical``, never ``ok``.
+
 Everything from the field (host names, evidence lines, error text) is passed to rich as :class:`~rich.text.Text`,
 never as markup, so a ``[bold]`` or ``[/]`` in a kernel log line prints as itself. Without a TTY (CI logs,
 ``Console(record=True)``) rich drops the colours and the table keeps its shape.
@@ -19,14 +24,25 @@ from remediation.report import hostview
 if TYPE_CHECKING:
     from remediation.audit import AuditResult, HostAudit
 
-__all__ = ["SEVERITY_STYLE", "details", "exit_code_meaning", "fleet_table", "render_table", "summary_line"]
+__all__ = [
+    "SEVERITY_STYLE",
+    "details",
+    "exit_code_meaning",
+    "fleet_table",
+    "health_word",
+    "probe_word",
+    "render_table",
+    "summary_line",
+]
 
 SEVERITY_STYLE: dict[Severity, str] = {
     Severity.CRITICAL: "bold red",
     Severity.WARNING: "yellow",
     Severity.INFO: "cyan",
 }
-_STATUS_STYLE = {"ok": "green", "failed": "red", "unreachable": "magenta", "timed_out": "magenta"}
+_PROBE_WORD = {"ok": "probed", "failed": "probe failed", "unreachable": "unreachable", "timed_out": "timed out"}
+_PROBE_STYLE = {"ok": "", "failed": "red", "unreachable": "magenta", "timed_out": "magenta"}
+_HEALTH_STYLE = {"critical": "bold red", "warning": "yellow", "healthy": "green", "unknown": "magenta"}
 _DASH = Text("-", style="dim")
 
 
@@ -34,6 +50,32 @@ def _yes_no(value: bool | None, *, good: bool) -> Text:
     if value is None:
         return _DASH
     return Text("yes" if value else "no", style="green" if value is good else "red")
+
+
+def probe_word(h: HostAudit) -> str:
+    """Whether the host answered the probe: ``probed``, ``unreachable``, ``timed out`` or ``probe failed``."""
+    return _PROBE_WORD.get(h.status.value, h.status.value.replace("_", " "))
+
+
+def health_word(h: HostAudit) -> str:
+    """What the probe's answer says: ``critical``, ``warning``, ``healthy``; ``unknown`` when not probed."""
+    if not h.probed:
+        return "unknown"
+    if h.healthy:
+        return "healthy"
+    worst = h.worst
+    if worst is Severity.WARNING:
+        return "warning"
+    return "critical"  # a critical finding, or NVML failed (never healthy)
+
+
+def _probe_cell(h: HostAudit) -> Text:
+    return Text(probe_word(h), style=_PROBE_STYLE.get(h.status.value, ""))
+
+
+def _health_cell(h: HostAudit) -> Text:
+    word = health_word(h)
+    return Text(word, style=_HEALTH_STYLE[word])
 
 
 def _driver_cell(h: HostAudit) -> Text:
@@ -111,7 +153,8 @@ def fleet_table(result: AuditResult) -> Table:
     """The per-host table (also used on its own by callers that compose their own output)."""
     table = Table(title=Text(f"GPU fleet audit: {result.fleet}"), title_justify="left", expand=False)
     table.add_column("host", no_wrap=True)
-    table.add_column("status", no_wrap=True)
+    table.add_column("probe", no_wrap=True)
+    table.add_column("health", no_wrap=True)
     table.add_column("kernel (booted)", no_wrap=True)
     table.add_column("held", no_wrap=True)
     table.add_column("driver")
@@ -122,7 +165,8 @@ def fleet_table(result: AuditResult) -> Table:
     for h in result.hosts:
         table.add_row(
             Text(h.host),
-            Text(h.status.value, style=_STATUS_STYLE.get(h.status.value, "")),
+            _probe_cell(h),
+            _health_cell(h),
             _kernel_cell(h),
             _yes_no(hostview.booted_kernel_held(h.facts), good=True) if h.facts is not None else _DASH,
             _driver_cell(h),

@@ -1,11 +1,16 @@
 """``invoke driver-restore``: the emergency S1 restore as a rolling, NVML-gated converge flow.
 
-audit (read-only) -> per-host plan (printed) -> ``--dry-run`` stops -> confirm unless ``--yes`` -> the fleet lock ->
-per batch: apply (``playbooks/driver_restore.yml`` through ``run_playbook``, limited to the batch) -> health gate
-(re-audit the batch: NVML answers with the expected driver, no GPU-DRV-001) -> on a failed host, undo exactly what
-this run recorded there -> stop after ``max_failures`` failed hosts; hosts after the stop are not touched.
-A host whose restore needs a reboot that was not allowed gets the package work, is reported "reboot required to
-finish" and counts as not restored (non-zero exit), but not as a gate failure.
+audit (read-only) -> per-host plan (printed) -> ``--check`` stops -> confirm unless ``--yes`` -> the fleet lock
+(local) and the restore lease on every reachable host of the fleet (so a second controller or clone is refused) ->
+per batch: apply (each host's method: ``playbooks/driver_restore.yml`` through ``run_playbook`` for apt, limited to
+the batch) -> health gate (re-audit the batch: NVML answers with the expected driver, no GPU-DRV-001) -> on a failed
+host, undo exactly what this run recorded there -> stop after ``max_failures`` failed hosts; hosts after the stop are
+not touched. A host whose restore needs a reboot that was not allowed gets the package work, is reported "reboot
+required to finish" and counts as not restored (non-zero exit), but not as a gate failure.
+
+Whatever stops a batch half-way is a failure of the hosts in it, never an error of the whole command: a playbook
+that times out, a runner that crashes, an operator's Ctrl-C. Those hosts go through the same gate audit and undo
+as any failed host, the run stops, and the incident report says where and why.
 """
 
 from __future__ import annotations
@@ -21,13 +26,14 @@ from pathlib import Path
 from typing import Any
 
 from remediation.audit import AuditOptions, AuditResult, HostAudit, run_audit
+from remediation.errors import RunnerError
 from remediation.fanout import Status, fan_out
 from remediation.inventory import Host
 from remediation.runner import HostState, PlaybookResult
 
 from .errors import RestoreError
 from .journal import JOURNAL_PATH, Journal, journal_from_dict
-from .lock import DEFAULT_TTL_S, LockInfo, fleet_lock
+from .lock import DEFAULT_TTL_S, HostLeases, LockInfo, fleet_lock, host_leases
 from .methods import RestoreMethod, method_for
 from .rules import CORDON_MARKER, Action, Decision, Prefer
 
@@ -58,6 +64,11 @@ class RestoreOptions:
     apt_lock_timeout: int = 60
     state_dir: Path = Path(".audit")
     lock_ttl_s: float = DEFAULT_TTL_S
+    playbook_timeout: int = 0  # seconds one batch's playbook may run; 0: reboot_timeout + 1200
+
+    @property
+    def batch_timeout(self) -> int:
+        return self.playbook_timeout or self.reboot_timeout + 1200
 
     def validate(self) -> RestoreOptions:
         if self.batch < 1:
@@ -66,6 +77,8 @@ class RestoreOptions:
             raise RestoreError(f"--max-failures {self.max_failures} must be at least 1")
         if self.reboot_timeout < 1:
             raise RestoreError(f"--reboot-timeout {self.reboot_timeout} must be a positive number of seconds")
+        if self.playbook_timeout < 0:
+            raise RestoreError(f"driver_restore.playbook_timeout {self.playbook_timeout} must be 0 or more seconds")
         Prefer(self.prefer)
         return self
 
@@ -98,6 +111,7 @@ class RestoreResult:
     stopped: str | None  # "dry-run" | "declined" | "nothing to do" | "stopped after N failure(s) at HOST" | None
     lock: LockInfo | None = None
     seconds: float = 0.0
+    leases: HostLeases | None = None
 
     def outcome(self, host: str) -> HostOutcome:
         for o in self.outcomes:
@@ -186,11 +200,53 @@ def _settings(options: RestoreOptions, run_id: str) -> dict[str, Any]:
         "nvidia_driver_restore_allow_reboot": options.allow_reboot,
         "nvidia_driver_restore_reboot_timeout": options.reboot_timeout,
         "nvidia_driver_restore_lock_timeout": options.apt_lock_timeout,
+        "nvidia_driver_restore_playbook_timeout": options.batch_timeout,
     }
 
 
-def _apply_failure(result: PlaybookResult, host: str) -> tuple[str, str] | None:
-    """(where, detail) when Ansible failed the host or could not reach it."""
+@dataclass(frozen=True)
+class _Applied:
+    """What applying one batch gave: each method's result, or why the apply stopped before it had one."""
+
+    results: dict[str, PlaybookResult]  # host -> the result of its method's run
+    broken: dict[str, str]  # host -> why its apply stopped (timeout, runner crash, Ctrl-C)
+    interrupted: bool = False
+
+
+def _apply_batch(
+    batch: Sequence[Decision], methods: dict[str, RestoreMethod], inventory: str | Path, settings: dict[str, Any]
+) -> _Applied:
+    """Apply each method to its hosts of the batch; a method run that does not finish fails its hosts."""
+    groups: dict[str, list[Decision]] = {}
+    for d in batch:
+        groups.setdefault(methods[d.host].name, []).append(d)
+    results: dict[str, PlaybookResult] = {}
+    broken: dict[str, str] = {}
+    for decisions in groups.values():
+        method = methods[decisions[0].host]
+        try:
+            result = method.apply(decisions, inventory, settings)
+        except KeyboardInterrupt:
+            for d in decisions:
+                broken[d.host] = "interrupted (Ctrl-C) while the batch was being applied"
+            return _Applied(results, broken, interrupted=True)
+        except Exception as exc:  # a timeout, a crashed runner: a failure of these hosts, handled like any other
+            why = str(exc) if isinstance(exc, RunnerError) else f"{type(exc).__name__}: {exc}"
+            for d in decisions:
+                broken[d.host] = f"{method.name} did not finish: {why}"
+            continue
+        for d in decisions:
+            results[d.host] = result
+    return _Applied(results, broken)
+
+
+def _apply_failure(applied: _Applied, host: str) -> tuple[str, str] | None:
+    """(where, detail) when the apply did not finish for the host, or Ansible failed it or could not reach it."""
+    if host in applied.broken:
+        return "apply: did not finish", applied.broken[host]
+    result = applied.results.get(host)
+    if result is None:
+        return "apply", "no result from Ansible for this host"
     outcome = result.hosts.get(host)
     if outcome is None:
         return "apply", "no result from Ansible for this host"
@@ -199,8 +255,24 @@ def _apply_failure(result: PlaybookResult, host: str) -> tuple[str, str] | None:
     if outcome.state is HostState.FAILED:
         first = outcome.failures[0] if outcome.failures else "failed"
         task = first.split(": ", 1)[0]
-        return f"apply: {task}", "; ".join(outcome.failures)
+        detail = "; ".join(outcome.failures)
+        plain = [why for text, why in _ANSIBLE_FAILURES if text in detail]
+        return f"apply: {task}", "; ".join([*plain, detail])
     return None
+
+
+# Ansible's words for what went wrong -> what happened to the host, in the report's first words.
+_ANSIBLE_FAILURES = (
+    (
+        "Timed out waiting for last boot time check",
+        "the host did not reboot, or did not come back, within the reboot timeout (its boot id never changed)",
+    ),
+    (
+        "Timed out waiting for post-reboot test command",
+        "the host rebooted but did not run commands again within the reboot timeout",
+    ),
+    ("Could not get lock", "another apt/dpkg process held the dpkg lock past the lock timeout"),
+)
 
 
 def driver_restore(
@@ -213,7 +285,10 @@ def driver_restore(
     confirm: Callable[[tuple[Decision, ...]], bool] | None = None,
     show_plan: Callable[[tuple[Decision, ...]], None] | None = None,
     hooks: RestoreHooks | None = None,
+    lease_hosts: Sequence[Host] | None = None,
 ) -> RestoreResult:
+    """Restore ``hosts`` (see the module docstring). ``lease_hosts``: the whole fleet, whose every reachable host
+    carries this run's lease while it runs (default: ``hosts``)."""
     options = options.validate()
     hooks = hooks or RestoreHooks()
     t0 = time.monotonic()
@@ -233,9 +308,9 @@ def driver_restore(
         )
 
     def _done(outcomes: tuple[HostOutcome, ...], after: AuditResult | None, stopped: str | None,
-              lock: LockInfo | None = None) -> RestoreResult:
+              lock: LockInfo | None = None, leases: HostLeases | None = None) -> RestoreResult:
         return RestoreResult(fleet, run_id, options, before, plan, outcomes, after, stopped, lock,
-                             time.monotonic() - t0)
+                             time.monotonic() - t0, leases)
 
     if not to_change:
         return _done(_outcomes(HostStatus.PLANNED), None, "nothing to do")
@@ -252,19 +327,27 @@ def driver_restore(
     }
     failures: list[str] = []
     stopped: str | None = None
-    with fleet_lock(options.state_dir, fleet, [d.host for d in to_change], ttl_s=options.lock_ttl_s) as lock:
+    planned = [d.host for d in to_change]
+    with (
+        fleet_lock(options.state_dir, fleet, planned, ttl_s=options.lock_ttl_s) as lock,
+        host_leases(
+            lease_hosts if lease_hosts is not None else hosts, run_id=run_id, fleet=fleet, planned=planned,
+            ttl_s=options.lock_ttl_s, connect_timeout=audit_options.connect_timeout,
+            concurrency=audit_options.concurrency,
+        ) as leases,
+    ):
         batches = [to_change[i : i + options.batch] for i in range(0, len(to_change), options.batch)]
         for batch in batches:
             names = [d.host for d in batch]
-            if len(failures) >= options.max_failures:
+            if stopped is not None:
                 for d in batch:
                     results[d.host] = HostOutcome(d.host, d, HostStatus.NOT_STARTED, where=stopped,
                                                   detail="not touched: the run stopped before this batch")
                 continue
             if hooks.before_batch is not None:
                 hooks.before_batch(names)
-            method = methods[names[0]]
-            applied = method.apply(batch, inventory, settings)
+            leases.renew()
+            applied = _apply_batch(batch, methods, inventory, settings)
             gate_audit = run_audit([by_name[n] for n in names], audit_options, fleet=fleet, inventory=str(inventory))
             journals = read_journals([by_name[n] for n in names], audit_options)
             batch_out: list[HostOutcome] = []
@@ -280,7 +363,7 @@ def driver_restore(
                         batch_out.append(HostOutcome(d.host, d, HostStatus.REBOOT_REQUIRED, detail=(
                             "package work done; reboot required to finish (pass --allow-reboot)"), changed=changed))
                         continue
-                    gate = method.verify(d, after_h)
+                    gate = methods[d.host].verify(d, after_h)
                     if gate.ok:
                         batch_out.append(HostOutcome(d.host, d, HostStatus.RESTORED, detail=gate.detail,
                                                      changed=changed))
@@ -290,10 +373,12 @@ def driver_restore(
                 batch_out.append(HostOutcome(d.host, d, HostStatus.FAILED, where=failure[0], detail=failure[1],
                                              changed=changed))
             if failed_here:
-                batch_out = _undo_failed(batch_out, method, inventory, settings, by_name, audit_options, run_id)
+                batch_out = _undo_failed(batch_out, methods, inventory, settings, by_name, audit_options, run_id)
                 failures.extend(d.host for d in failed_here)
-                if len(failures) >= options.max_failures:
-                    first = next(o for o in batch_out if o.status is HostStatus.FAILED)
+                first = next(o for o in batch_out if o.status is HostStatus.FAILED)
+                if applied.interrupted:
+                    stopped = f"interrupted (Ctrl-C) during the batch {', '.join(names)}: {first.host} undone"
+                elif len(failures) >= options.max_failures:
                     stopped = (f"stopped after {len(failures)} failed host(s) (--max-failures "
                                f"{options.max_failures}): {first.host} at {first.where}")
             for o in batch_out:
@@ -303,12 +388,12 @@ def driver_restore(
     touched = [h for h in hosts if results[h.name].status not in (HostStatus.NOT_STARTED,)]
     after = run_audit(touched, audit_options, fleet=fleet, inventory=str(inventory)) if touched else None
     outcomes = tuple(results[d.host] for d in plan)
-    return _done(outcomes, after, stopped, lock)
+    return _done(outcomes, after, stopped, lock, leases)
 
 
 def _undo_failed(
     batch_out: list[HostOutcome],
-    method: RestoreMethod,
+    methods: dict[str, RestoreMethod],
     inventory: str | Path,
     settings: dict[str, Any],
     by_name: dict[str, Host],
@@ -322,7 +407,13 @@ def _undo_failed(
         o.host for o in failed if journals.get(o.host) is not None or _reachable(by_name[o.host], audit_options)
     ]
     needs = [h for h in reachable if (j := journals.get(h)) is not None and j.run_id == run_id and j.status != "undone"]
-    undo_result = method.undo(needs, inventory, settings) if needs else None
+    undo_results: dict[str, PlaybookResult] = {}
+    by_method: dict[str, list[str]] = {}
+    for h in needs:
+        by_method.setdefault(methods[h].name, []).append(h)
+    for names in by_method.values():
+        result = methods[names[0]].undo(names, inventory, settings)
+        undo_results.update(dict.fromkeys(names, result))
     after = read_journals([by_name[o.host] for o in failed], audit_options) if needs else journals
     out = []
     for o in batch_out:
@@ -333,8 +424,8 @@ def _undo_failed(
         error = None
         if o.host not in reachable:
             error = "host unreachable: could not undo; the journal on the host lists this run's changes"
-        elif undo_result is not None and o.host in needs:
-            u = undo_result.hosts.get(o.host)
+        elif o.host in undo_results:
+            u = undo_results[o.host].hosts.get(o.host)
             if u is None or u.state in (HostState.FAILED, HostState.UNREACHABLE):
                 error = "undo failed: " + ("; ".join(u.failures) if u else "no result")
         undone = j.undone if j is not None and j.run_id == run_id else ()

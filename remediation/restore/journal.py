@@ -7,7 +7,7 @@ The role writes the journal on the host *before* each change (write-ahead), at
      "changes": [{"kind": "packages_installed", "packages": [...]},   # not installed before this run
                  {"kind": "holds_added", "packages": [...]},          # not held before this run
                  {"kind": "grub_default", "path": "/etc/default/grub", "before": <line or null>, "after": <line>},
-                 {"kind": "module_built", "packages": [<kernel>], "path": <nvidia.ko>, "after": <version>}],
+                 {"kind": "module_built", "packages": [<kernel>], "path": /lib/modules/<kernel>, "after": <version>}],
      "undone": [...]}
 
 :func:`undo_steps` turns a journal and the host's *current* state into the undo steps, newest change first, and
@@ -44,7 +44,7 @@ class Change:
         if self.kind == "holds_added":
             return "held " + ", ".join(self.packages)
         if self.kind == "module_built":
-            return f"built NVIDIA module {self.after} for {', '.join(self.packages)} ({self.path})"
+            return f"built NVIDIA module {self.after} for {', '.join(self.packages)} (under {self.path})"
         return f"{self.path}: {self.before or '(no GRUB_DEFAULT line)'} -> {self.after}"
 
 

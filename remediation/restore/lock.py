@@ -1,27 +1,52 @@
-"""One driver restore per fleet at a time: a lock file with who holds it.
+"""One driver restore per fleet at a time, whichever controller runs it: a local lock and leases on the hosts.
 
-``<state dir>/locks/driver-restore-<fleet>.lock`` holds JSON: pid, controller host name, user, start time, the
-hosts asked for. It is created with ``O_CREAT | O_EXCL`` (atomic on a local file system). A lock is *stale* and
-taken over when its pid is dead on this controller, or when it is older than the TTL (a controller that died
-elsewhere, a crashed run). A second restore is refused with a message naming the holder.
+The local lock: ``<state dir>/locks/driver-restore-<fleet>.lock`` holds JSON: pid, controller host name, user,
+start time, the hosts asked for. It is created with ``O_CREAT | O_EXCL`` (atomic on a local file system). A lock is
+*stale* when its pid is dead on this controller, or when it is older than the TTL (a crashed run). A stale lock is
+taken over atomically: the new holder's lock is written to a temporary file and hard-linked into place only if the
+stale file is still the one that was judged stale (it is first renamed aside under a unique name; a rename that
+finds another holder's fresh lock puts it back), so two takers can never both win.
+
+The host leases (:func:`host_leases`): the local lock cannot see a second controller or a second clone, so every
+reachable host of the fleet also carries a lease (``/var/lib/gpufleet/restore.lease``, see
+:mod:`remediation.restore.hostlease`) with the run id, controller, user, pid and an expiry in the host's clock. A
+run takes every lease or none; a lease held by another run that has not expired refuses the run with exit 4 and
+names the holder; an expired one is taken over atomically on the host (under ``flock``). Leases are renewed at
+every batch and released at the end, whatever happened.
 """
 
 from __future__ import annotations
 
+import base64
+import contextlib
 import datetime as _dt
 import getpass
 import json
 import os
+import shlex
 import socket
+import uuid
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .errors import LockHeldError, RestoreError
 
-__all__ = ["DEFAULT_TTL_S", "LockInfo", "fleet_lock", "lock_path", "read_lock", "stale_reason"]
+if TYPE_CHECKING:
+    from remediation.inventory import Host
+
+__all__ = [
+    "DEFAULT_TTL_S",
+    "HostLeases",
+    "LockInfo",
+    "fleet_lock",
+    "host_leases",
+    "lock_path",
+    "read_lock",
+    "stale_reason",
+]
 
 DEFAULT_TTL_S = 6 * 3600.0
 
@@ -113,6 +138,27 @@ def stale_reason(
     return None
 
 
+def _set_aside_if(path: Path, judged: LockInfo) -> bool:
+    """Remove the lock at ``path`` only if it is still the one judged stale; True when this call removed it.
+
+    The file is renamed to a unique name first (only one of several takers can rename a given file); if what was
+    renamed is not the stale holder (someone took over in between and wrote a fresh lock), it is linked back.
+    """
+    aside = path.with_name(f".{path.name}.stale.{uuid.uuid4().hex}")
+    try:
+        os.rename(path, aside)
+    except FileNotFoundError:
+        return False
+    try:
+        if read_lock(aside) == judged:
+            return True
+        with contextlib.suppress(FileExistsError):
+            os.link(aside, path)  # a fresh holder's lock: put it back
+        return False
+    finally:
+        aside.unlink(missing_ok=True)
+
+
 @contextmanager
 def fleet_lock(
     state_dir: Path,
@@ -133,10 +179,15 @@ def fleet_lock(
         fleet=fleet,
         hosts=tuple(hosts),
     )
-    for _attempt in range(2):
-        try:
-            fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
-        except FileExistsError:
+    mine = path.with_name(f".{path.name}.{uuid.uuid4().hex}")
+    mine.write_text(json.dumps(me.to_dict()))
+    try:
+        for _attempt in range(5):
+            try:
+                os.link(mine, path)  # atomic: fails when a lock is there
+                break
+            except FileExistsError:
+                pass
             holder = read_lock(path)
             if holder is None:
                 continue  # released between our two calls
@@ -146,18 +197,137 @@ def fleet_lock(
                     f"another driver restore holds fleet {fleet!r}: {holder.describe()} (lock {path}); wait for it,"
                     " or remove the lock file if that run is gone"
                 ) from None
-            if on_stale is not None:
+            if _set_aside_if(path, holder) and on_stale is not None:
                 on_stale(holder, why)
-            path.unlink(missing_ok=True)
-            continue
-        with os.fdopen(fd, "w") as fh:
-            json.dump(me.to_dict(), fh)
-        break
-    else:
-        raise RestoreError(f"could not take the restore lock {path}: it keeps reappearing")
+        else:
+            raise RestoreError(f"could not take the restore lock {path}: it keeps reappearing")
+    finally:
+        mine.unlink(missing_ok=True)
     try:
         yield me
     finally:
         current = read_lock(path)
         if current is not None and current.pid == me.pid and current.started_at == me.started_at:
             path.unlink(missing_ok=True)
+
+
+# --- leases on the hosts ------------------------------------------------------------------------------------------
+
+_LEASE_SCRIPT = Path(__file__).with_name("hostlease.py")
+
+
+@dataclass
+class HostLeases:
+    """The leases one run holds: on which hosts, and which hosts could not be asked (unreachable)."""
+
+    run_id: str
+    held: list[str] = field(default_factory=list)
+    unreachable: list[str] = field(default_factory=list)
+    took_over: dict[str, dict[str, Any]] = field(default_factory=dict)  # host -> the expired lease replaced
+    renew: Callable[[], None] = field(default=lambda: None, repr=False)
+
+
+def _lease_request(op: str, **fields: Any) -> str:
+    payload = base64.b64encode(json.dumps({"op": op, **fields}).encode()).decode()
+    return "python3 - " + shlex.quote(payload)
+
+
+def _lease_answers(hosts: Sequence[Host], command: str, connect_timeout: float, concurrency: int) -> dict[str, Any]:
+    from remediation.fanout import Status, fan_out
+
+    runs = fan_out(
+        hosts,
+        command,
+        stdin=_LEASE_SCRIPT.read_bytes(),
+        concurrency=concurrency,
+        connect_timeout=connect_timeout,
+        timeout=60,
+    )
+    out: dict[str, Any] = {}
+    for name, run in runs.runs.items():
+        if run.status is not Status.OK:
+            out[name] = None
+            continue
+        try:
+            out[name] = json.loads(run.stdout.strip().splitlines()[-1])
+        except (ValueError, IndexError):
+            out[name] = {"result": "error", "error": (run.stderr or run.stdout).strip()[-300:]}
+    return out
+
+
+def describe_lease(lease: dict[str, Any]) -> str:
+    until = lease.get("expires_at")
+    when = (
+        _dt.datetime.fromtimestamp(float(until), _dt.UTC).isoformat(timespec="seconds")
+        if isinstance(until, int | float)
+        else "?"
+    )
+    return (
+        f"run {lease.get('run_id', '?')} of fleet {lease.get('fleet', '?')!r} from {lease.get('controller', '?')} "
+        f"(user {lease.get('user', '?')}, pid {lease.get('pid', '?')}), until {when}"
+    )
+
+
+@contextmanager
+def host_leases(
+    hosts: Sequence[Host],
+    *,
+    run_id: str,
+    fleet: str,
+    planned: Sequence[str] = (),
+    ttl_s: float = DEFAULT_TTL_S,
+    connect_timeout: float = 10.0,
+    concurrency: int = 32,
+) -> Iterator[HostLeases]:
+    """Hold the restore lease on every reachable host of ``hosts`` for the ``with`` block (all or none).
+
+    Raises :class:`LockHeldError` (exit 4) naming a host and its holder when another run's lease has not expired;
+    the leases this call took are released first. Unreachable hosts are listed, not leased: nobody can change them.
+    """
+    me = {
+        "run_id": run_id,
+        "fleet": fleet,
+        "controller": socket.gethostname(),
+        "user": getpass.getuser(),
+        "pid": os.getpid(),
+        "ttl_s": ttl_s,
+        "hosts": list(planned),
+    }
+    by_name = {h.name: h for h in hosts}
+    answers = _lease_answers(hosts, _lease_request("acquire", **me), connect_timeout, concurrency)
+    leases = HostLeases(run_id)
+    refused: list[tuple[str, dict[str, Any]]] = []
+    for name, answer in sorted(answers.items()):
+        if answer is None:
+            leases.unreachable.append(name)
+        elif answer.get("result") in ("acquired", "renewed", "took-over"):
+            leases.held.append(name)
+            if answer.get("result") == "took-over":
+                leases.took_over[name] = answer.get("stale") or {}
+        else:
+            refused.append((name, answer))
+
+    def release() -> None:
+        if leases.held:
+            held = [by_name[n] for n in leases.held]
+            _lease_answers(held, _lease_request("release", run_id=run_id), connect_timeout, concurrency)
+
+    if refused:
+        release()
+        name, answer = refused[0]
+        if answer.get("result") == "held":
+            raise LockHeldError(
+                f"another driver restore holds host {name}: {describe_lease(answer.get('holder') or {})}"
+                f"{f' (and {len(refused) - 1} more host(s))' if len(refused) > 1 else ''}; wait for it to finish or"
+                " its lease to expire"
+            )
+        raise RestoreError(f"could not take the restore lease on host {name}: {answer.get('error', answer)}")
+
+    def renew() -> None:
+        _lease_answers([by_name[n] for n in leases.held], _lease_request("acquire", **me), connect_timeout, concurrency)
+
+    leases.renew = renew
+    try:
+        yield leases
+    finally:
+        release()

@@ -19,11 +19,16 @@ from remediation.audit import HostAudit
 from remediation.runner import PlaybookResult, run_playbook
 
 from .errors import MethodUnavailableError, RestoreError
-from .rules import Decision, Prefer, decide
+from .rules import METHOD_NAMES, Decision, Prefer, decide, resolve_method
 
 __all__ = ["METHODS", "AptMethod", "AzureExtensionMethod", "GateResult", "RestoreMethod", "method_for"]
 
 PLAYBOOK = "playbooks/driver_restore.yml"
+PLAYBOOK_TIMEOUT = "nvidia_driver_restore_playbook_timeout"  # a setting of the flow, not a variable of the role
+
+
+def _role_vars(settings: Mapping[str, Any]) -> dict[str, Any]:
+    return {k: v for k, v in settings.items() if k != PLAYBOOK_TIMEOUT}
 
 
 @dataclass(frozen=True)
@@ -79,17 +84,19 @@ class AptMethod(RestoreMethod):
     def apply(
         self, decisions: Sequence[Decision], inventory: str | Path, settings: Mapping[str, Any]
     ) -> PlaybookResult:
-        extravars = dict(settings)
+        extravars = _role_vars(settings)
         extravars["nvidia_driver_restore_operation"] = "restore"
+        extravars["nvidia_driver_restore_method"] = self.name
         extravars["nvidia_driver_restore_planned"] = {d.host: d.action.value for d in decisions}
         extravars["driver_restore_batch"] = max(1, len(decisions))
+        reboot_timeout = int(settings.get("nvidia_driver_restore_reboot_timeout", 600))
+        timeout = settings.get(PLAYBOOK_TIMEOUT) or reboot_timeout + 1200
         return run_playbook(
-            PLAYBOOK, inventory, limit=[d.host for d in decisions], extravars=extravars,
-            job_timeout=int(settings.get("nvidia_driver_restore_reboot_timeout", 600)) + 1200,
+            PLAYBOOK, inventory, limit=[d.host for d in decisions], extravars=extravars, job_timeout=int(timeout)
         )
 
     def undo(self, hosts: Sequence[str], inventory: str | Path, settings: Mapping[str, Any]) -> PlaybookResult:
-        extravars = dict(settings)
+        extravars = _role_vars(settings)
         extravars["nvidia_driver_restore_operation"] = "undo"
         return run_playbook(PLAYBOOK, inventory, limit=list(hosts), extravars=extravars, job_timeout=1200)
 
@@ -117,16 +124,13 @@ class AzureExtensionMethod(RestoreMethod):
 
 
 METHODS: dict[str, type[RestoreMethod]] = {"apt": AptMethod, "azure-extension": AzureExtensionMethod}
+assert tuple(METHODS) == METHOD_NAMES, "every restore method name has its class"
 
 
 def method_for(requested: str, host_vars: Mapping[str, Any]) -> RestoreMethod:
     """The method for one host: ``requested`` unless it is ``auto``, then the host's ``driver_restore_method``."""
-    name = requested
-    if requested == "auto":
-        name = str(host_vars.get("driver_restore_method") or "apt")
-    if name not in METHODS:
-        raise RestoreError(
-            f"restore method {name!r} is not one of auto, {', '.join(METHODS)}"
-            + (" (from the inventory's driver_restore_method)" if requested == "auto" else "")
-        )
+    try:
+        name = resolve_method(requested, host_vars)
+    except ValueError as exc:
+        raise RestoreError(str(exc)) from None
     return METHODS[name]()

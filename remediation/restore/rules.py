@@ -22,9 +22,11 @@ Rules, first match wins:
 8. NVML answers -> ``none``.
 9. Any other NVML failure (GPU-DRV-004/006, GPU-HW-006/007/008, ...) -> ``manual``: no automatic change.
 
-Guards, for the actions that change a host: a dpkg lock held (GPU-APT-001) and running GPU compute processes
-(from NVML; ``--force`` overrides the latter only) leave the host alone. When NVML is down it lists no processes,
-and with the driver not loaded nothing can run on the GPUs either.
+Guards, for the actions that change a host: a dpkg lock held (GPU-APT-001) and running GPU work leave the host
+alone (``--force`` overrides the latter only). GPU work is what NVML lists and every process holding an NVIDIA
+device file open (read from ``/proc`` by the probe, so it holds when NVML is down: a driver/library mismatch keeps
+the old module loaded and its jobs running). When NVML failed and the probe could not read the device users
+either, the host is left alone too: nobody can say that no job runs there.
 
 Every changing action ends by holding the kernel the host will run (image, headers, the kernel meta-packages)
 and the NVIDIA driver packages (GPU-KRN-002): only names dpkg knows, only those not held already (a hold that was
@@ -46,13 +48,34 @@ from remediation.findings import Finding
 __all__ = [
     "CHANGING",
     "HARDWARE_ADVICE",
+    "METHOD_NAMES",
     "Action",
     "Decision",
     "Prefer",
     "decide",
     "grub_default_for",
     "is_cordoned",
+    "resolve_method",
 ]
+
+#: The ways a host's driver can be restored; ``auto`` reads the host's ``driver_restore_method``.
+METHOD_NAMES = ("apt", "azure-extension")
+
+
+def resolve_method(requested: str, host_vars: Mapping[str, Any]) -> str:
+    """The restore method for one host: ``requested``, or with ``auto`` the host's ``driver_restore_method``.
+
+    The CLI (``--method``) and the playbook (``nvidia_driver_restore_method``) both decide with this function.
+    Raises ``ValueError`` naming the bad value and where it came from.
+    """
+    name = str(requested or "auto")
+    source = "--method"
+    if name == "auto":
+        name, source = str(host_vars.get("driver_restore_method") or "apt"), "the inventory's driver_restore_method"
+    if name not in METHOD_NAMES:
+        raise ValueError(f"restore method {name!r} (from {source}) is not one of auto, {', '.join(METHOD_NAMES)}")
+    return name
+
 
 HARDWARE_ADVICE = "not a driver problem: redeploy the VM (az vm redeploy) or open a support case; nothing changed"
 CORDON_MARKER = "/etc/gpufleet/cordoned"
@@ -144,10 +167,20 @@ def _remap_failed(facts: HostFacts) -> bool:
 
 
 def _gpu_processes(facts: HostFacts) -> list[str]:
-    out = []
+    """GPU work on the host: NVML's compute processes, and every process holding an NVIDIA device file open.
+
+    The second source needs no NVML, so it still sees jobs when NVML fails (a driver/library mismatch leaves the
+    old module loaded and its jobs running). Driver services (persistenced, fabric manager, DCGM) are not work.
+    """
+    out, seen = [], set()
     for g in facts.nvml.gpus:
         for p in g.processes:
+            seen.add(p.pid)
             out.append(f"GPU {g.index}: pid {p.pid} ({p.name or '?'})")
+    for user in facts.device_users.workloads:
+        if user.pid not in seen:
+            seen.add(user.pid)
+            out.append(user.label)
     return out
 
 
@@ -341,6 +374,11 @@ def decide(
     procs = _gpu_processes(facts)
     if blocked is None and procs and not force:
         blocked = "GPU compute processes running (" + "; ".join(procs[:4]) + "): pass --force to restore anyway"
+    if blocked is None and not force and facts.nvml.failed and not facts.device_users.available:
+        blocked = (
+            "cannot tell whether GPU jobs run: NVML failed and the probe could not list the processes holding "
+            "/dev/nvidia* (update the probe, or pass --force to restore anyway)"
+        )
     if blocked is not None:
         return replace(decision, blocked=blocked)
     return decision

@@ -7,7 +7,16 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from remediation.parsers import KINDS, UNKNOWN, apt_history, detect_kind, dkms, kernel_log, nvml_text
+from remediation.parsers import (
+    KINDS,
+    UNKNOWN,
+    apt_history,
+    detect_kind,
+    dkms,
+    kernel_log,
+    nvml_text,
+    unattended_upgrades,
+)
 
 REAL_LINES = [
     "NVIDIA-SMI has failed because it couldn't communicate with the NVIDIA driver.",
@@ -33,9 +42,18 @@ REAL_LINES = [
     "Consult /var/lib/dkms/nvidia/580.119.02/build/make.log for more information.",
     "   - Installing to /lib/modules/6.1.0-20-cloud-amd64/updates/dkms/",
     "Skipping kernel-4.0.9_1. kernel-headers package not installed...",
+    "nvidia, 470.82.00, 5.13.0-28-generic, x86_64: installedWARNING! Diff between built and installed module!",
+    "nvmlDeviceGetHandleByIndex(0) failed: Unknown Error",
+    "nvidia-container-cli: initialization error: nvml error: driver not loaded: unknown",
+    "2024-03-01 10:00:00,000 INFO Starting unattended upgrades script",
+    "2024-03-01 10:00:00,001 INFO Allowed origins are: o=Ubuntu,a=jammy-security, o=UbuntuESM,a=jammy-infra-security",
+    "2024-03-01 10:00:00,001 INFO Initial blacklist: linux- nvidia-",
+    "2024-03-01 10:00:01,000 INFO Packages that will be upgraded: linux-image-generic nvidia-driver-535",
+    "2024-03-01 10:00:09,000 INFO Package linux-image-generic is blacklisted.",
+    "2024-03-01 10:00:09,000 INFO All upgrades installed",
 ]
 
-PARSERS = (nvml_text.parse, kernel_log.parse, apt_history.parse, dkms.parse)
+PARSERS = (nvml_text.parse, kernel_log.parse, apt_history.parse, dkms.parse, unattended_upgrades.parse)
 
 spliced = st.lists(st.one_of(st.sampled_from(REAL_LINES), st.text(max_size=80)), max_size=30).map("\n".join)
 any_text = st.one_of(st.text(max_size=2000), spliced)
@@ -80,6 +98,15 @@ def _well_formed_dkms(d: dkms.Dkms) -> None:
         assert s.kernel
 
 
+def _well_formed_unattended(log: unattended_upgrades.UnattendedLog) -> None:
+    for run in log.runs:
+        assert all(p and " " not in p for p in run.packages)
+        assert set(run.kernel_packages) <= set(run.packages) and set(run.nvidia_packages) <= set(run.packages)
+        assert run.result in (None, "installed", "failed", "nothing to do")
+        assert all(k.package and k.reason for k in run.kept_back)
+    assert set(log.kernel_packages) <= set(log.packages)
+
+
 @settings(max_examples=300, suppress_health_check=[HealthCheck.too_slow], deadline=None)
 @given(any_text)
 def test_parsers_never_raise_and_are_well_formed(text: str) -> None:
@@ -87,6 +114,7 @@ def test_parsers_never_raise_and_are_well_formed(text: str) -> None:
     _well_formed_kernel(kernel_log.parse(text))
     _well_formed_apt(apt_history.parse(text))
     _well_formed_dkms(dkms.parse(text))
+    _well_formed_unattended(unattended_upgrades.parse(text))
     kind = detect_kind(text)
     assert kind == UNKNOWN or kind in KINDS
 

@@ -318,3 +318,37 @@ def test_module_walk_finds_distro_module_and_compressed_versions(tmp_path: Path)
     text = tmp_path / "nvidia.ko"
     text.write_text("filename: /lib/modules/x/updates/dkms/nvidia.ko\nsrcversion: 1\nversion:        550.54.15\n")
     assert gpuprobe.module_version(str(text)) == "550.54.15"
+
+
+def test_processes_holding_nvidia_devices_are_listed_without_nvml(tmp_path: Path) -> None:
+    """/proc/<pid>/fd links to /dev/nvidia*: a job (listed, with its GPUs), a driver service (marked), others not."""
+    root = tmp_path / "host"
+
+    def proc(pid: int, comm: str, fds: dict[str, str], ppid: int = 1) -> None:
+        d = root / "proc" / str(pid)
+        (d / "fd").mkdir(parents=True)
+        (d / "comm").write_text(comm + "\n")
+        (d / "stat").write_text(f"{pid} ({comm}) S {ppid} {pid} {pid} 0 -1\n")
+        for fd, target in fds.items():
+            (d / "fd" / fd).symlink_to(target)
+
+    proc(3121, "python3", {"0": "/dev/null", "5": "/dev/nvidiactl", "6": "/dev/nvidia-uvm", "7": "/dev/nvidia1"})
+    proc(812, "nvidia-persistenced", {"3": "/dev/nvidiactl", "4": "/dev/nvidia0", "5": "/dev/nvidia1"})
+    proc(900, "sshd", {"3": "socket:[1234]", "4": "/dev/nvidia-not-a-device/x"})
+    (root / "proc" / "self").mkdir()
+    doc = run_probe("--root", str(root), "--skip-nvml")
+    users = {u["pid"]: u for u in doc["device_users"]["users"]}
+    assert set(users) == {812, 3121}
+    assert users[3121] == {
+        "pid": 3121,
+        "comm": "python3",
+        "devices": ["/dev/nvidia-uvm", "/dev/nvidia1", "/dev/nvidiactl"],
+        "gpus": [1],
+        "service": False,
+    }
+    assert users[812]["service"] is True and users[812]["gpus"] == [0, 1]
+
+
+def test_device_users_are_unknown_where_there_is_no_proc(s1_root: Path) -> None:
+    doc = run_probe("--root", str(s1_root), "--skip-nvml")
+    assert doc["device_users"] is None

@@ -35,7 +35,7 @@ def row(text: str, host: str) -> list[str]:
     return out
 
 
-HEADER = ["host", "status", "kernel (booted)", "held", "driver", "NVML", "GPUs ok", "max temp", "findings"]
+HEADER = ["host", "probe", "health", "kernel (booted)", "held", "driver", "NVML", "GPUs ok", "max temp", "findings"]
 
 
 def test_header_and_one_row_per_host() -> None:
@@ -49,35 +49,36 @@ def test_header_and_one_row_per_host() -> None:
 
 def test_s1_row_says_driver_not_loaded() -> None:
     c = row(rendered(), S1_HOST)
-    assert c[:4] == [S1_HOST, "ok", "6.5.0-45-generic", "no"]
-    assert c[4] == "535.183.01 (pkg; not loaded)"  # package version, marked: NVML is down
-    assert c[5] == "driver_not_loaded"
-    assert c[6] == "0/4"
-    assert c[7] == "-"
-    assert c[8].startswith("1 critical, 3 warning, 1 info:")
-    assert "GPU-DRV-001" in c[8]
+    assert c[:5] == [S1_HOST, "probed", "critical", "6.5.0-45-generic", "no"]
+    assert c[5] == "535.183.01 (pkg; not loaded)"  # package version, marked: NVML is down
+    assert c[6] == "driver_not_loaded"
+    assert c[7] == "0/4"
+    assert c[8] == "-"
+    assert c[9].startswith("1 critical, 3 warning, 1 info:")
+    assert "GPU-DRV-001" in c[9]
 
 
 def test_healthy_and_thermal_rows() -> None:
     text = rendered()
     healthy = row(text, "gpu-1")
-    assert healthy == ["gpu-1", "ok", "6.5.0-45-generic", "yes", "535.183.01", "ok", "4/4", "33 °C", "-"]
+    assert healthy == ["gpu-1", "probed", "healthy", "6.5.0-45-generic", "yes", "535.183.01", "ok", "4/4", "33 °C", "-"]
     thermal = row(text, THERMAL_HOST)
-    assert thermal[7] == "86 °C"
-    assert thermal[8] == "2 warning: GPU-THM-001 GPU-THM-003"
+    assert thermal[1:3] == ["probed", "warning"]
+    assert thermal[8] == "86 °C"
+    assert thermal[9] == "2 warning: GPU-THM-001 GPU-THM-003"
 
 
 def test_lost_gpu_and_unknown_expected_count() -> None:
     text = rendered()
-    assert (row(text, "gpu-4"))[5:7] == ["gpu_lost", "3/4"]
-    assert (row(text, "gpu-8"))[6] == "4/4"  # expected from the Azure VM size
-    assert (row(text, "gpu-9"))[6] == "4"  # expected unknown: only the count
+    assert (row(text, "gpu-4"))[6:8] == ["gpu_lost", "3/4"]
+    assert (row(text, "gpu-8"))[7] == "4/4"  # expected from the Azure VM size
+    assert (row(text, "gpu-9"))[7] == "4"  # expected unknown: only the count
 
 
 def test_unreachable_row_and_detail() -> None:
     text = rendered()
     c = row(text, DOWN_HOST)
-    assert c == [DOWN_HOST, "unreachable", "-", "-", "-", "-", "-/4", "-", "not probed"]
+    assert c == [DOWN_HOST, "unreachable", "unknown", "-", "-", "-", "-", "-/4", "-", "not probed"]
     assert f"{DOWN_HOST}: not probed (unreachable): {UNREACHABLE_ERROR}" in text
 
 
@@ -115,3 +116,33 @@ def test_markup_in_field_text_prints_literally() -> None:
     f = dataclasses.replace(h.findings[0], evidence=("[bold]not markup[/] [link=x]y[/link]",))
     result = dataclasses.replace(result, hosts=(result.hosts[0], dataclasses.replace(h, findings=(f,))))
     assert "[bold]not markup[/] [link=x]y[/link]" in rendered(result)
+
+
+def test_a_host_with_a_critical_finding_never_reads_ok() -> None:
+    """The first column on-call reads says whether the host answered, the second what its answer means."""
+    result = build_result()
+    text = rendered(result)
+    for h in result.hosts:
+        c = row(text, h.host)
+        assert "ok" not in c[1:3], c
+        if h.probed and h.worst is Severity.CRITICAL:
+            assert c[1:3] == ["probed", "critical"], c
+        if not h.probed:
+            assert c[2] == "unknown"
+
+
+def test_probe_words_for_every_status() -> None:
+    from remediation.fanout import Status
+    from remediation.report.table import health_word, probe_word
+
+    result = build_result({"gpu-1": "healthy", DOWN_HOST: None})
+    down = result.host(DOWN_HOST)
+    words = {s: probe_word(dataclasses.replace(down, status=s)) for s in (Status.OK, Status.FAILED,
+                                                                            Status.UNREACHABLE, Status.TIMED_OUT)}
+    assert words == {
+        Status.OK: "probed",
+        Status.FAILED: "probe failed",
+        Status.UNREACHABLE: "unreachable",
+        Status.TIMED_OUT: "timed out",
+    }
+    assert health_word(down) == "unknown" and health_word(result.host("gpu-1")) == "healthy"

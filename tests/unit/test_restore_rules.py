@@ -77,15 +77,46 @@ def test_healthy_needs_nothing_and_running_processes_block_a_restore() -> None:
     doc = _module_missing()
     d = _decide(doc)
     assert d.changes_host
-    # A mismatch host still answers per-GPU queries in the field; processes there block unless --force.
-    doc2 = copy.deepcopy(_healthy())
-    doc2["nvml"]["ok"] = False
-    doc2["nvml"]["error_class"] = "version_mismatch"
-    doc2["nvml"]["gpus"][0]["processes"] = [{"pid": 4242, "used_memory": 1, "name": "python3"}]
-    blocked = _decide(doc2)
-    assert blocked.action is Action.REBOOT and blocked.blocked and "pid 4242" in blocked.blocked
-    assert not blocked.changes_host
-    assert _decide(doc2, force=True).changes_host
+    # NVML lists compute processes on a host it answers on: a restore there (predictive rebuild) waits for them.
+    busy = copy.deepcopy(_healthy())
+    busy["nvml"]["gpus"][0]["processes"] = [{"pid": 4242, "used_memory": 1, "name": "python3"}]
+    assert "pid 4242" in (_decide(busy).blocked or "pid 4242")
+
+
+def _mismatch_with(users: list[dict[str, Any]] | None) -> dict[str, Any]:
+    """What the probe reports for a driver/library mismatch: NVML init fails, so no GPUs and no NVML processes."""
+    doc = json.loads((FIXTURES / "version_mismatch.json").read_text())
+    assert doc["nvml"]["ok"] is False and doc["nvml"]["gpus"] == []
+    if users is None:
+        doc.pop("device_users", None)  # an older probe, or /proc unreadable
+    else:
+        doc["device_users"] = {"users": users, "unreadable": 0, "truncated": False}
+    return doc
+
+
+MISMATCH_VARS = {**VARS, "nvidia_driver_expected_version": "535.216.01"}  # the userspace the fixture upgraded to
+
+
+def test_a_mismatch_host_with_a_job_holding_the_gpu_is_refused_without_force() -> None:
+    job = {"pid": 3121, "comm": "python3", "devices": ["/dev/nvidia0", "/dev/nvidiactl"], "gpus": [0],
+           "service": False}
+    blocked = _decide(_mismatch_with([job]), MISMATCH_VARS)
+    assert blocked.action is Action.REBOOT and not blocked.changes_host
+    assert "pid 3121 (python3) holds GPU 0" in (blocked.blocked or "")
+    assert _decide(_mismatch_with([job]), MISMATCH_VARS, force=True).changes_host
+
+
+def test_driver_services_holding_the_devices_do_not_block() -> None:
+    service = {"pid": 812, "comm": "nvidia-persistenced", "devices": ["/dev/nvidiactl"], "gpus": [],
+               "service": True}
+    assert _decide(_mismatch_with([service]), MISMATCH_VARS).changes_host
+    assert _decide(_mismatch_with([]), MISMATCH_VARS).changes_host
+
+
+def test_nvml_down_and_no_process_list_is_refused_without_force() -> None:
+    d = _decide(_mismatch_with(None), MISMATCH_VARS)
+    assert not d.changes_host and "cannot tell whether GPU jobs run" in (d.blocked or "")
+    assert _decide(_mismatch_with(None), MISMATCH_VARS, force=True).changes_host
 
 
 def test_cordoned_hosts_are_left_alone() -> None:

@@ -34,6 +34,12 @@ def gpufleet_restore_decision(doc, host, host_vars, prefer="rebuild", force=Fals
     ).to_dict()
 
 
+def gpufleet_restore_method(host_vars, requested="auto"):
+    from remediation.restore.rules import resolve_method
+
+    return resolve_method(requested, host_vars)
+
+
 def gpufleet_restore_undo_steps(journal, installed, held, grub_lines, present_paths=()):
     from remediation.restore.journal import undo_steps_from_dicts
 
@@ -44,5 +50,6 @@ class FilterModule:
     def filters(self):
         return {
             "gpufleet_restore_decision": gpufleet_restore_decision,
+            "gpufleet_restore_method": gpufleet_restore_method,
             "gpufleet_restore_undo_steps": gpufleet_restore_undo_steps,
         }

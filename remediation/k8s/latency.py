@@ -1,0 +1,475 @@
+"""Why an inference pod's latency spiked (runbook S5): restarts and their cause, model load time, the node's GPU
+heat and throttling, CPU-throttled neighbours; each finding with the template values that apply its fix.
+
+Inputs (a snapshot directory, see :mod:`remediation.k8s.snapshot`): the pod (restart counts, last state,
+conditions, probes), the cluster's pods (neighbours on the same node), events (evictions, preemptions, drains,
+spot reclaims, probe failures), the model server's logs, the audit's facts of the node (``invoke audit --format
+json``), cAdvisor metrics (``container_cpu_cfs_throttled_periods_total`` / ``container_cpu_cfs_periods_total``).
+
+Decisions:
+
+- A restart's cause is its container's ``lastState.terminated.reason``: ``OOMKilled`` -> K8S-LAT-001; anything
+  else (``Error``, exit codes, liveness kills seen in the events) -> K8S-LAT-006.
+- A replaced pod (K8S-LAT-002): ``status.reason: Evicted``, the ``DisruptionTarget`` condition
+  (``EvictionByEvictionAPI`` = drain or eviction API, ``PreemptionByScheduler``, ``DeletionByTaintManager``,
+  ``TerminationByKubelet``), and events about the pod or its siblings (same ``generateName``) or its node:
+  ``Evicted``, ``Preempted``/``Preempting``, ``TaintManagerEviction``, ``NodeNotSchedulable`` (a drain's
+  cordon), a preempt/eviction notice on a spot node.
+- Model load (K8S-LAT-003) from the logs (:mod:`remediation.k8s.modelload`), at or above ``slow_load_s``.
+- Probes (K8S-LAT-004): the serving container has no readiness probe, or only a TCP one; or a liveness probe whose
+  budget (initial delay + period x failures) is shorter than the measured load and no startup probe.
+- GPU heat: the host audit's own rules (GPU-THM-001/002/003) on the node's facts.
+- CPU (K8S-LAT-005): the server's CFS throttled share at or above ``cpu_throttle_ratio``, or neighbours on the node
+  (DaemonSet pods aside) that are throttled themselves or run without a CPU limit.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from decimal import Decimal
+from typing import Any
+
+import yaml
+
+from remediation.errors import ProbeError
+from remediation.findings import Finding, make_finding
+from remediation.k8s.errors import SnapshotError
+from remediation.k8s.modelload import ModelLoad
+from remediation.k8s.modelload import parse as parse_load
+from remediation.k8s.objects import Container, Event, Pod
+from remediation.k8s.snapshot import Snapshot
+
+__all__ = ["LatencyDiagnosis", "cpu_throttling", "diagnose_latency", "load_findings"]
+
+#: The endpoint each server answers 200 on only once its model is loaded.
+READY_PATHS = {
+    "vllm": "/health",
+    "tgi": "/health",
+    "triton": "/v2/health/ready",
+    "torchserve": "/ping",
+    "ollama": "/api/tags",
+}
+
+
+def _values(doc: Mapping[str, Any]) -> str:
+    return yaml.safe_dump(dict(doc), sort_keys=False, default_flow_style=False)
+
+
+def load_findings(load: ModelLoad, slow_load_s: float = 60.0) -> list[Finding]:
+    """K8S-LAT-003: a model load at or above ``slow_load_s`` seconds (also the ``model-load`` diagnose kind's rule)."""
+    if load.load_seconds is None or load.load_seconds < slow_load_s:
+        return []
+    server = load.server or "model server"
+    model = f" {load.model}" if load.model else ""
+    return [
+        make_finding(
+            "K8S-LAT-003",
+            f"{server} loads{model} in {load.load_seconds:.1f} s: every (re)start is a {load.load_seconds:.0f} s "
+            "latency hole",
+            load.evidence[-5:],
+        )
+    ]
+
+
+@dataclass(frozen=True)
+class Restart:
+    container: str
+    count: int
+    reason: str
+    exit_code: int | None
+    finished: str
+
+
+@dataclass(frozen=True)
+class Disruption:
+    kind: str  # evicted | drain | preempted | spot_reclaim | taint_eviction | node_shutdown
+    detail: str
+
+
+@dataclass(frozen=True)
+class Neighbour:
+    pod: str
+    throttled: float | None
+    cpu_limited: bool
+
+
+@dataclass(frozen=True)
+class LatencyDiagnosis:
+    pod: str
+    node: str
+    restarts: tuple[Restart, ...]
+    disruptions: tuple[Disruption, ...]
+    load: ModelLoad | None
+    throttled: float | None
+    neighbours: tuple[Neighbour, ...]
+    gpu_host: str | None
+    findings: tuple[Finding, ...]
+    fixes: tuple[tuple[str, str], ...]  # (finding id, template values that apply the fix)
+    notes: tuple[str, ...]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "pod": self.pod,
+            "node": self.node,
+            "restarts": [r.__dict__ for r in self.restarts],
+            "disruptions": [d.__dict__ for d in self.disruptions],
+            "load_seconds": self.load.load_seconds if self.load else None,
+            "server": self.load.server if self.load else None,
+            "cpu_throttled": self.throttled,
+            "neighbours": [n.__dict__ for n in self.neighbours],
+            "gpu_facts_host": self.gpu_host,
+            "findings": [f.to_dict() for f in self.findings],
+            "template_values": {fid: values for fid, values in self.fixes},
+            "notes": list(self.notes),
+        }
+
+
+# --- metrics ---------------------------------------------------------------------------------------------------
+
+_METRIC = re.compile(r"^(?P<name>container_cpu_cfs_(?:throttled_)?periods_total)\{(?P<labels>[^}]*)\}\s+(?P<v>\S+)")
+_LABEL = re.compile(r'(\w+)="((?:[^"\\]|\\.)*)"')
+
+
+def cpu_throttling(metrics: str) -> dict[str, float]:
+    """``namespace/pod`` -> share of CFS periods throttled, from cAdvisor metrics text (containers summed)."""
+    throttled: dict[str, float] = {}
+    periods: dict[str, float] = {}
+    for line in metrics.splitlines():
+        m = _METRIC.match(line.strip())
+        if not m:
+            continue
+        labels = dict(_LABEL.findall(m.group("labels")))
+        if labels.get("container", "") in ("", "POD") or not labels.get("pod"):
+            continue
+        key = f"{labels.get('namespace', '')}/{labels['pod']}"
+        try:
+            value = float(m.group("v"))
+        except ValueError:
+            continue
+        table = throttled if "throttled" in m.group("name") else periods
+        table[key] = table.get(key, 0.0) + value
+    return {k: throttled.get(k, 0.0) / v for k, v in periods.items() if v > 0}
+
+
+# --- the pieces --------------------------------------------------------------------------------------------------
+
+
+def _server_container(pod: Pod) -> tuple[Container | None, Mapping[str, Any]]:
+    spec = pod.raw.get("spec", {}) if isinstance(pod.raw.get("spec"), Mapping) else {}
+    raws = (
+        [c for c in spec.get("containers", []) if isinstance(c, Mapping)]
+        if isinstance(spec.get("containers"), list)
+        else []
+    )
+    for container, raw in zip(pod.containers, raws, strict=False):
+        if any("gpu" in name for name in container.effective_requests()):
+            return container, raw
+    return (pod.containers[0], raws[0]) if pod.containers and raws else (None, {})
+
+
+def _restarts(pod: Pod) -> list[Restart]:
+    return [
+        Restart(s.name, s.restart_count, s.last_reason or "unknown", s.last_exit_code, s.last_finished)
+        for s in pod.statuses
+        if s.restart_count > 0
+    ]
+
+
+def _related(pod: Pod, event: Event) -> bool:
+    meta = pod.raw.get("metadata", {}) if isinstance(pod.raw.get("metadata"), Mapping) else {}
+    raw_prefix = meta.get("generateName")
+    prefix = raw_prefix if isinstance(raw_prefix, str) else ""
+    if event.kind in ("Pod", ""):
+        return event.name == pod.name or (bool(prefix) and event.name.startswith(prefix))
+    return event.kind == "Node" and event.name == pod.node_name
+
+
+_SPOT = re.compile(r"\bpreempt|\bspot\b|evict(?:ion)? notice|scheduled ?event", re.I)
+
+
+def _disruptions(pod: Pod, events: Sequence[Event], on_spot: bool) -> list[Disruption]:
+    out: list[Disruption] = []
+    if pod.reason == "Evicted":
+        out.append(Disruption("evicted", pod.message or "pod evicted"))
+    if pod.reason in ("NodeShutdown", "Terminated", "Shutdown"):
+        out.append(Disruption("node_shutdown", pod.message or "node shut down"))
+    condition = pod.condition("DisruptionTarget")
+    if condition is not None and condition[1] == "True":
+        kind = {
+            "EvictionByEvictionAPI": "drain",
+            "PreemptionByScheduler": "preempted",
+            "PreemptionByKubeScheduler": "preempted",
+            "DeletionByTaintManager": "taint_eviction",
+            "TerminationByKubelet": "evicted",
+        }.get(condition[2], "evicted")
+        out.append(Disruption(kind, f"DisruptionTarget {condition[2]}: {condition[3]}".rstrip(": ")))
+    for e in events:
+        if not _related(pod, e):
+            continue
+        text = f"{e.reason}: {e.message}"
+        if e.reason == "Evicted":
+            out.append(Disruption("evicted", text))
+        elif e.reason in ("Preempted", "Preempting"):
+            out.append(Disruption("preempted", text))
+        elif e.reason == "TaintManagerEviction":
+            out.append(Disruption("taint_eviction", text))
+        elif e.reason == "NodeNotSchedulable" or "drain" in e.message.lower():
+            out.append(Disruption("drain", text))
+        elif e.kind == "Node" and (on_spot or "spot" in text.lower()) and _SPOT.search(text):
+            out.append(Disruption("spot_reclaim", text))
+        elif e.reason in ("Shutdown", "NodeShutdown"):
+            out.append(Disruption("node_shutdown", text))
+    return list(dict.fromkeys(out))
+
+
+def _gpu_facts(doc: Any, node: str) -> tuple[Any, str | None]:
+    """The node's HostFacts from an audit document (or a single facts document), and its host name."""
+    from remediation.facts import facts_from_dict
+
+    if not isinstance(doc, Mapping):
+        raise SnapshotError("facts: expected the JSON of invoke audit --format json (or one host's facts)")
+    try:
+        if str(doc.get("schema", "")).startswith("gpufleet.audit/"):
+            hosts = [h for h in doc.get("hosts", []) if isinstance(h, Mapping) and isinstance(h.get("facts"), Mapping)]
+            match = [h for h in hosts if h.get("host") == node or h["facts"].get("hostname") == node]
+            if not match and len(hosts) == 1:
+                match = hosts
+            if not match:
+                return None, None
+            return facts_from_dict(match[0]["facts"], str(match[0].get("host"))), str(match[0].get("host"))
+        facts = facts_from_dict(doc)
+        return facts, facts.host
+    except ProbeError as exc:
+        raise SnapshotError(f"facts: {exc}") from None
+
+
+def _probe_budget(probe: Mapping[str, Any]) -> float:
+    def num(key: str, default: float) -> float:
+        value = probe.get(key)
+        return float(value) if isinstance(value, int | float) and not isinstance(value, bool) else default
+
+    return num("initialDelaySeconds", 0) + num("periodSeconds", 10) * num("failureThreshold", 3)
+
+
+def _memory_fix(container: Container | None) -> str:
+    limit = container.limits.get("memory") if container is not None else None
+    if limit is None:
+        return "64Gi"
+    gib = math.ceil(float(limit * Decimal("1.5")) / 2**30)
+    return f"{gib}Gi"
+
+
+# --- the diagnosis ---------------------------------------------------------------------------------------------
+
+
+def diagnose_latency(
+    snapshot: Snapshot,
+    logs: str = "",
+    facts_doc: Any = None,
+    metrics: str = "",
+    *,
+    slow_load_s: float = 60.0,
+    cpu_throttle_ratio: float = 0.25,
+    temp_alert_c: int = 78,
+) -> LatencyDiagnosis:
+    """Restarts, disruptions, model load, probes, GPU heat and CPU contention of ``snapshot``'s pod."""
+    from remediation.checks.evidence import from_facts
+    from remediation.checks.policy import Policy
+    from remediation.checks.thermal import temperature_alert, temperature_slowdown, throttle
+
+    pod = snapshot.pod
+    if pod is None:
+        raise SnapshotError(f"{snapshot.source or 'snapshot'}: pod.json is missing (the inference pod)")
+    node = snapshot.node(pod.node_name) if pod.node_name else None
+    findings: list[Finding] = []
+    fixes: list[tuple[str, str]] = []
+    notes: list[str] = []
+    container, raw_container = _server_container(pod)
+    load = parse_load(logs) if logs.strip() else None
+    load_s = load.load_seconds if load is not None else None
+    server = load.server if load is not None else None
+    max_load = max(300, math.ceil((load_s or 0) * 1.5 / 60) * 60)
+
+    restarts = _restarts(pod)
+    probe_kills = [
+        e
+        for e in snapshot.events
+        if _related(pod, e) and e.reason in ("Unhealthy", "Killing") and "liveness" in e.message.lower()
+    ]
+    oom = [r for r in restarts if r.reason == "OOMKilled"]
+    if oom:
+        findings.append(
+            make_finding(
+                "K8S-LAT-001",
+                ", ".join(f"container {r.container} restarted {r.count}x, last OOMKilled" for r in oom)
+                + (f"; each restart reloads the model ({load_s:.0f} s)" if load_s else ""),
+                [
+                    f"{r.container}: restartCount {r.count}, lastState terminated OOMKilled (exit {r.exit_code}) at "
+                    f"{r.finished or '?'}"
+                    for r in oom
+                ],
+            )
+        )
+        fixes.append(("K8S-LAT-001", _values({"resources": {"memory": _memory_fix(container)}})))
+    other = [r for r in restarts if r.reason != "OOMKilled"]
+    if other or probe_kills:
+        parts = [
+            f"container {r.container} restarted {r.count}x, last {r.reason}"
+            + (f" (exit {r.exit_code})" if r.exit_code is not None else "")
+            for r in other
+        ]
+        if probe_kills:
+            parts.append(f"liveness probe killed it {sum(e.count for e in probe_kills)}x")
+        findings.append(
+            make_finding(
+                "K8S-LAT-006",
+                "; ".join(parts),
+                [
+                    *(f"{r.container}: restartCount {r.count}, last {r.reason} exit {r.exit_code}" for r in other),
+                    *(f"{e.reason}: {e.message}" for e in probe_kills),
+                ],
+            )
+        )
+        fixes.append(("K8S-LAT-006", _values({"startup": {"maxLoadSeconds": max_load}})))
+
+    disruptions = _disruptions(pod, snapshot.events, bool(node and node.spot))
+    if disruptions:
+        kinds = ", ".join(dict.fromkeys(d.kind for d in disruptions))
+        findings.append(
+            make_finding(
+                "K8S-LAT-002",
+                f"pod {pod.key} was replaced or moved ({kinds}): the new pod reloads the model"
+                + (f" ({load_s:.0f} s)" if load_s else ""),
+                [d.detail for d in disruptions],
+            )
+        )
+        values: dict[str, Any] = {"replicas": 2, "model": {"cache": {"enabled": True}}, "dedicated": {"enabled": True}}
+        if node is not None and node.spot:
+            values["gpuPool"] = {"name": "A-REGULAR-GPU-POOL"}
+            notes.append(f"node {node.name} is a spot node: inference belongs on a regular (on-demand) pool")
+        fixes.append(("K8S-LAT-002", _values(values)))
+
+    if load is not None:
+        slow = load_findings(load, slow_load_s)
+        findings.extend(slow)
+        if slow:
+            fixes.append(
+                (
+                    "K8S-LAT-003",
+                    _values(
+                        {
+                            "model": {"cache": {"enabled": True}},
+                            "startup": {"maxLoadSeconds": max_load},
+                        }
+                    ),
+                )
+            )
+    elif logs.strip():
+        notes.append("the logs hold no model load line")
+
+    if container is not None:
+        readiness = raw_container.get("readinessProbe")
+        startup = raw_container.get("startupProbe")
+        liveness = raw_container.get("livenessProbe")
+        problems = []
+        if not isinstance(readiness, Mapping):
+            problems.append(f"container {container.name} has no readiness probe: it takes traffic while loading")
+        elif "tcpSocket" in readiness or ("exec" in readiness and not readiness.get("httpGet")):
+            problems.append(
+                f"container {container.name}'s readiness probe does not ask the server whether the "
+                "model is loaded (TCP/exec)"
+            )
+        if (
+            isinstance(liveness, Mapping)
+            and not isinstance(startup, Mapping)
+            and load_s is not None
+            and (_probe_budget(liveness) < load_s)
+        ):
+            problems.append(
+                f"liveness probe gives up after {_probe_budget(liveness):.0f} s, the load takes "
+                f"{load_s:.0f} s, and there is no startup probe: the load is killed and restarted"
+            )
+        if problems:
+            findings.append(make_finding("K8S-LAT-004", "; ".join(problems), problems))
+            fixes.append(
+                (
+                    "K8S-LAT-004",
+                    _values(
+                        {
+                            "readiness": {"path": READY_PATHS.get(server or "", "/health")},
+                            "startup": {"maxLoadSeconds": max_load},
+                        }
+                    ),
+                )
+            )
+
+    gpu_host: str | None = None
+    if facts_doc is not None:
+        if node is None and not pod.node_name:
+            notes.append("the pod is on no node: GPU facts not matched")
+        facts, gpu_host = _gpu_facts(facts_doc, pod.node_name)
+        if facts is None:
+            notes.append(f"no host {pod.node_name} in the facts document")
+        else:
+            ev = from_facts(facts, Policy(temp_alert_c=temp_alert_c))  # the audit's own GPU-THM rules
+            heat = [*temperature_alert(ev), *temperature_slowdown(ev), *throttle(ev)]
+            findings.extend(heat)
+            if heat:
+                notes.append(
+                    "GPU heat: lower sustained utilisation (the server's batch size, e.g. vLLM "
+                    "--max-num-seqs, in the inference values `args`) and alert on DCGM_FI_DEV_GPU_TEMP > "
+                    f"{temp_alert_c} (invoke k8s.alerts)"
+                )
+
+    throttling = cpu_throttling(metrics) if metrics.strip() else {}
+    own = throttling.get(pod.key)
+    neighbours: list[Neighbour] = []
+    if pod.node_name:
+        for other_pod in snapshot.pods:
+            if other_pod.node_name != pod.node_name or other_pod.key == pod.key or other_pod.terminated:
+                continue
+            if other_pod.owner_kind == "DaemonSet":
+                continue
+            limited = bool(other_pod.containers) and all("cpu" in c.limits for c in other_pod.containers)
+            neighbours.append(Neighbour(other_pod.key, throttling.get(other_pod.key), limited))
+    noisy = [n for n in neighbours if (n.throttled or 0) >= cpu_throttle_ratio or not n.cpu_limited]
+    if (own is not None and own >= cpu_throttle_ratio) or noisy:
+        parts = []
+        evidence = []
+        if own is not None and own >= cpu_throttle_ratio:
+            parts.append(f"the model server is CPU-throttled in {own:.0%} of CFS periods")
+            evidence.append(f"{pod.key}: container_cpu_cfs_throttled_periods_total / periods = {own:.2f}")
+        if noisy:
+            parts.append(
+                f"it shares node {pod.node_name} with {len(neighbours)} pod(s), "
+                f"{len(noisy)} of them CPU-hungry (throttled or without a CPU limit)"
+            )
+            evidence.extend(
+                f"neighbour {n.pod}: "
+                + (f"throttled {n.throttled:.0%}" if n.throttled is not None else "no metrics")
+                + ("" if n.cpu_limited else ", no CPU limit")
+                for n in noisy
+            )
+        findings.append(make_finding("K8S-LAT-005", "; ".join(parts), evidence))
+        cpu = container.effective_requests().get("cpu") if container is not None else None
+        cpu_values: dict[str, Any] = {"dedicated": {"enabled": True}}
+        if own is not None and own >= cpu_throttle_ratio:
+            cpu_values["resources"] = {"cpu": str(math.ceil(cpu * 2)) if cpu is not None else "8"}
+        fixes.append(("K8S-LAT-005", _values(cpu_values)))
+
+    return LatencyDiagnosis(
+        pod=pod.key,
+        node=pod.node_name,
+        restarts=tuple(restarts),
+        disruptions=tuple(disruptions),
+        load=load,
+        throttled=own,
+        neighbours=tuple(neighbours),
+        gpu_host=gpu_host,
+        findings=tuple(findings),
+        fixes=tuple(fixes),
+        notes=tuple(notes),
+    )
