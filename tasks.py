@@ -9,7 +9,8 @@ from __future__ import annotations
 
 from invoke import Collection
 
-from commands import audit, demo, driver, harden, k8s, lab
+from commands import aoai, audit, demo, driver, harden, k8s, lab
+from remediation.aoai.settings import AoaiSettings
 from remediation.config import AuditSettings, RestoreSettings, defaults
 from remediation.k8s.settings import K8sSettings
 
@@ -19,10 +20,12 @@ ns.add_collection(harden.ns)
 ns.add_collection(driver.ns)
 ns.add_collection(lab.ns)
 ns.add_collection(k8s.ns)
+ns.add_collection(aoai.ns)
 ns.configure(
     {
         "audit": defaults(AuditSettings),
         "driver_restore": defaults(RestoreSettings),
         "k8s": defaults(K8sSettings),
+        "aoai": defaults(AoaiSettings),
     }
 )

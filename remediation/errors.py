@@ -47,3 +47,7 @@ class ParseError(RemediationError):
 
 class LabError(RemediationError):
     """The simulated lab fleet cannot do what was asked."""
+
+
+class AoaiError(RemediationError):
+    """An Azure OpenAI input (request log, metrics export, deployment list) is unusable."""
