@@ -232,16 +232,20 @@ FAULTS: dict[str, Callable[[Lab, str], str]] = {
     "unreachable": unreachable,
     "apt-lock": apt_lock,
     "hang": hang,
+}
+# Conditions that are not faults (a healthy host shows them too) but that guards must see.
+WORKLOADS: dict[str, Callable[[Lab, str], str]] = {
     "gpu-job": gpu_job,
 }
 
 
 def inject(lab: Lab, host: str, fault: str) -> FaultResult:
     require_root()
-    if fault not in FAULTS:
-        raise LabError(f"unknown fault {fault!r}; known faults: {', '.join(FAULTS)}")
+    known = {**FAULTS, **WORKLOADS}
+    if fault not in known:
+        raise LabError(f"unknown fault {fault!r}; known faults: {', '.join(known)}")
     lab.spec(host)  # names the host and the lab's hosts when it is not there
     lab.init_pid(host)
-    detail = FAULTS[fault](lab, host)
+    detail = known[fault](lab, host)
     lab.record_fault(host, fault)
     return FaultResult(host, fault, detail)
