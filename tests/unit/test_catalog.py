@@ -41,7 +41,8 @@ EXPECTED = {
 
 
 def test_catalog_has_exactly_the_specified_ids() -> None:
-    assert set(catalog.CATALOG) == set(EXPECTED)
+    # Each area's IDs are checked by its own tests (tests/unit/test_azure_*.py for AZ-*): here the host's.
+    assert {i for i in catalog.CATALOG if i.startswith("GPU-")} == set(EXPECTED)
 
 
 @pytest.mark.parametrize("finding_id", sorted(EXPECTED))
