@@ -9,7 +9,8 @@ from __future__ import annotations
 
 from invoke import Collection
 
-from commands import audit, demo, driver, harden, lab
+from commands import aks, audit, demo, driver, harden, lab, quota
+from remediation.azure.settings import AzureSettings
 from remediation.config import AuditSettings, RestoreSettings, defaults
 
 ns = Collection(demo.demo, audit.diagnose)
@@ -17,9 +18,12 @@ ns.add_collection(audit.ns)
 ns.add_collection(harden.ns)
 ns.add_collection(driver.ns)
 ns.add_collection(lab.ns)
+ns.add_collection(quota.ns)
+ns.add_collection(aks.ns)
 ns.configure(
     {
         "audit": defaults(AuditSettings),
         "driver_restore": defaults(RestoreSettings),
+        "azure": defaults(AzureSettings),
     }
 )
