@@ -3,7 +3,8 @@
 :class:`SpecSet` loads the spec files under ``../shared/specs/azure`` (see its SOURCES.md), finds an operation by
 file, path template and method, and validates a JSON document against a schema of it: ``$ref`` (local and across
 files), ``allOf``, polymorphism by ``discriminator`` / ``x-ms-discriminator-value``, types, ``format`` int32/int64
-ranges, ``enum``, ``required``, ``minimum``/``maximum``, ``minLength``, ``pattern``, ``additionalProperties``.
+ranges, ``enum`` (except where ``x-ms-enum`` says ``modelAsString``: those are extensible), ``required``,
+``minimum``/``maximum``, ``minLength``, ``pattern``, ``additionalProperties``.
 Request bodies are checked strictly: a property the schema does not define, or one marked ``readOnly``, is an error
 (ARM would ignore it; a client that sends one does not know the API). Responses are checked for types, enums and
 required properties.
@@ -216,7 +217,8 @@ class SpecSet:
         elif kind == "boolean" and not isinstance(value, bool):
             errors.append(f"{where}: expected true or false, got {value!r}")
             return
-        if "enum" in schema and value not in schema["enum"]:
+        extensible = bool((schema.get("x-ms-enum") or {}).get("modelAsString"))  # ARM: new values may appear
+        if "enum" in schema and not extensible and value not in schema["enum"]:
             errors.append(f"{where}: {value!r} is not one of {schema['enum']}")
         if isinstance(value, int | float) and not isinstance(value, bool):
             if "minimum" in schema and value < schema["minimum"]:

@@ -133,7 +133,7 @@ def extension_config(host: str, host_vars: Mapping[str, Any]) -> ExtensionConfig
             " NvidiaGpuDriverLinux -l LOCATION)"
         )
     text = str(version).strip()
-    if not re.fullmatch(r"\d+(\.\d+){1,3}", text):
+    if isinstance(version, float) or not re.fullmatch(r"\d+(\.\d+){1,3}", text):
         raise AzureInputError(
             f"host {host}: azure_nvidia_driver_extension_version {version!r} is not a version like 1.9; quote it in"
             " YAML so 1.10 stays 1.10"
