@@ -68,7 +68,7 @@ def plan_host(audit: HostAudit, *, force: bool, cordon_marker: str | None) -> De
     expected = decision.expected_version or "the installed driver"
     return replace(
         decision,
-        reason=f"{decision.reason}; through the {EXTENSION_TYPE} VM extension",
+        reason=f"{decision.reason.split(': ', 1)[0]}: the {EXTENSION_TYPE} VM extension reinstalls the driver",
         install_packages=(),
         hold_packages=(),
         needs_reboot=True,
