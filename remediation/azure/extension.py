@@ -284,6 +284,9 @@ def put_back(client: ArmClient, extension_id: str, before: Mapping[str, Any] | N
         return f"{name} already as before (typeHandlerVersion {wanted.type_handler_version})"
     first = client.send("PUT", client.url(path, COMPUTE_API), wanted.body(str(machine.get("location") or "")))
     outcome = client.wait(first, f"put back {name}", timeout_s=timeout_s)
+    if not outcome.succeeded:
+        raise ArmError(f"putting back {name} typeHandlerVersion {wanted.type_handler_version} ended {outcome.state}:"
+                       f" {outcome.error_code} {outcome.error_message}".rstrip())
     return f"put back {name} typeHandlerVersion {wanted.type_handler_version}: {outcome.state}"
 
 

@@ -150,3 +150,15 @@ def test_vm_mapping_forms() -> None:
     with pytest.raises(AzureInputError, match=r"not a version like 1\.9"):
         extension_config("h", {"azure_nvidia_driver_extension_version": 1.10})  # YAML 1.10 unquoted is 1.1
     assert extension_config("h", {"azure_nvidia_driver_extension_version": "1.10"}).type_handler_version == "1.10"
+
+
+def test_a_put_back_that_fails_is_an_error(arm: ArmService) -> None:
+    _vm(arm)
+    client = make_client(arm)
+    result = reinstall(client, VmRef(None, "rg-gpu", "gpu-vm-2"), ExtensionConfig("1.9"))
+    arm.agent = lambda vm, ext: AgentResult(False, ("Enable failed",))
+    try:
+        with pytest.raises(ArmError, match="putting back nvidia typeHandlerVersion 1.6 ended Failed"):
+            put_back(client, result.extension_id, {"typeHandlerVersion": "1.6", "settings": {}})
+    finally:
+        arm.agent = None

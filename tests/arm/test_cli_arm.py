@@ -102,6 +102,7 @@ def test_pools_from_the_cli(arm: ArmService, az_configs: AzConfigs, tls: TlsFile
     assert {f["id"] for f in doc["findings"]} == {"AZ-AKS-001", "AZ-AKS-003"}
 
 
+# The bad inputs, through the CLI (the login ones can only be seen there); more in test_inputs_arm.py.
 BAD_INPUT = [
     ("not-logged-in", ["quota.show", "--location", "eastus"], "not_logged_in", "run `az login`"),
     ("no-subscription", ["quota.show", "--location", "eastus"], "no_subscription",
@@ -113,14 +114,6 @@ BAD_INPUT = [
                            "4.5", "--yes"], "logged_in", "--limit '4.5' is not a whole number"),
     ("negative-limit", ["quota.request", "--location", "eastus", "--family", "standardNDSv2Family", "--limit=-8",
                         "--yes"], "logged_in", "--limit -8 is negative"),
-    ("unknown-size", ["quota.plan", "--location", "eastus", "--vm-size", "Standard_X1", "--nodes", "1"], "logged_in",
-     "unknown GPU VM size 'Standard_X1'"),
-    ("nodes-and-gpus", ["quota.plan", "--location", "eastus", "--vm-size", "Standard_NC24ads_A100_v4", "--nodes",
-                        "1", "--gpus", "1"], "logged_in", "give exactly one of --nodes N or --gpus N"),
-    ("bad-threshold", ["quota.show", "--location", "eastus", "--threshold", "120"], "logged_in",
-     "--threshold 120 must be above 0"),
-    ("bad-format", ["quota.show", "--location", "eastus", "--format", "xml"], "logged_in", "--format 'xml'"),
-    ("no-cluster", ["aks.pools", "--resource-group", "myRG"], "logged_in", "--cluster is required"),
 ]
 
 

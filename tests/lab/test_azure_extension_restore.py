@@ -20,7 +20,15 @@ import pytest
 import yaml
 
 from lab.faults import inject
-from lab.services.arm import ArmService, Extension, LabDriverAgent, VirtualMachine, make_test_ca, write_az_config
+from lab.services.arm import (
+    AgentResult,
+    ArmService,
+    Extension,
+    LabDriverAgent,
+    VirtualMachine,
+    make_test_ca,
+    write_az_config,
+)
 from remediation.audit import AuditOptions, run_audit
 from remediation.inventory import load
 from tests.conftest import ROOT, lab_unavailable
@@ -106,6 +114,30 @@ def test_no_reboot_allowed_leaves_the_host_alone(setup: dict[str, Any]) -> None:
     proc = _restore(setup, setup["lab"].cfg.inventory_path)
     assert proc.returncode == 1, proc.stdout + proc.stderr
     assert "--allow-reboot" in proc.stdout and arm.requests == []
+
+
+def test_failed_provisioning_stops_and_puts_the_extension_back(setup: dict[str, Any]) -> None:
+    lab, arm, vm = setup["lab"], setup["arm"], setup["vm"]
+    arm.clear_requests()
+    before, boot = _state(lab), lab.boot_id("gpu-2")
+    agent = arm.agent
+    # The new version fails on this VM; the version the journal puts back installs as before.
+    arm.agent = lambda _vm, ext: (AgentResult(False, ("Enable failed: the driver installer exited 1",))
+                                  if ext.version == "1.9" else AgentResult(True, ("Enable succeeded",)))
+    try:
+        proc = _restore(setup, lab.cfg.inventory_path, "--allow-reboot")
+    finally:
+        arm.agent = agent
+    out = " ".join(proc.stdout.split())
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    assert "apply: NvidiaGpuDriverLinux" in out and "the driver installer exited 1" in out
+    # The undo put the extension back as the journal recorded it; nothing else changed on the host.
+    ext = vm.extensions["nvidiagpudriverlinux"]
+    assert (ext.version, ext.state) == ("1.6", "Succeeded")
+    assert [r.method for r in arm.arm_requests() if r.method != "GET"] == ["DELETE", "PUT", "PUT"]
+    journal = json.loads(lab.host_path("gpu-2", "/var/lib/gpufleet/driver-restore/journal.json").read_text())
+    assert journal["status"] == "undone" and "put back" in journal["undone"][0]
+    assert _state(lab) == before and lab.boot_id("gpu-2") == boot
 
 
 def test_s1_host_restored_through_the_extension(setup: dict[str, Any]) -> None:
