@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -310,10 +310,6 @@ def summary(config_json: str | None) -> str:
     except ValueError:
         return "unreadable"
     return f"typeHandlerVersion {data.get('typeHandlerVersion', '?')}"
-
-
-def extensions_of(results: Sequence[ReinstallResult]) -> list[str]:
-    return [r.extension_id for r in results]
 
 
 def status_messages(config_json: str | None) -> str:

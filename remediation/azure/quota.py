@@ -35,12 +35,15 @@ __all__ = [
     "UsageReport",
     "check_family",
     "check_limit",
+    "check_size",
     "fetch_usages",
     "plan",
+    "plan_counts",
     "quota_request_body",
     "request_quota",
     "usage_report",
     "usages_from_json",
+    "usages_from_text",
 ]
 
 COMPUTE_API = "2024-11-01"
@@ -346,6 +349,7 @@ class QuotaRequestResult:
 
     @property
     def exit_code(self) -> int:
+        """0: granted, already sufficient, checked or declined (failures are raised, with their own codes)."""
         return 0
 
 

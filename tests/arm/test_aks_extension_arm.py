@@ -158,7 +158,7 @@ def test_a_put_back_that_fails_is_an_error(arm: ArmService) -> None:
     result = reinstall(client, VmRef(None, "rg-gpu", "gpu-vm-2"), ExtensionConfig("1.9"))
     arm.agent = lambda vm, ext: AgentResult(False, ("Enable failed",))
     try:
-        with pytest.raises(ArmError, match="putting back nvidia typeHandlerVersion 1.6 ended Failed"):
+        with pytest.raises(ArmError, match=r"putting back nvidia typeHandlerVersion 1\.6 ended Failed"):
             put_back(client, result.extension_id, {"typeHandlerVersion": "1.6", "settings": {}})
     finally:
         arm.agent = None
