@@ -9,8 +9,9 @@ from __future__ import annotations
 
 from invoke import Collection
 
-from commands import aoai, audit, demo, driver, harden, k8s, lab
+from commands import aks, aoai, audit, demo, driver, harden, k8s, lab, quota
 from remediation.aoai.settings import AoaiSettings
+from remediation.azure.settings import AzureSettings
 from remediation.config import AuditSettings, RestoreSettings, defaults
 from remediation.k8s.settings import K8sSettings
 
@@ -21,11 +22,14 @@ ns.add_collection(driver.ns)
 ns.add_collection(lab.ns)
 ns.add_collection(k8s.ns)
 ns.add_collection(aoai.ns)
+ns.add_collection(quota.ns)
+ns.add_collection(aks.ns)
 ns.configure(
     {
         "audit": defaults(AuditSettings),
         "driver_restore": defaults(RestoreSettings),
         "k8s": defaults(K8sSettings),
         "aoai": defaults(AoaiSettings),
+        "azure": defaults(AzureSettings),
     }
 )

@@ -24,15 +24,16 @@ State = dict[str, str]
 
 
 def size_of(sku: str) -> VmSize:
-    try:
-        return SIZES[sku]
-    except KeyError:
-        raise LabError(f"unknown VM size {sku!r} for the lab; known: {', '.join(sorted(SIZES))}") from None
+    size = SIZES.get(sku)
+    if size is None or size.gpu is None:
+        known = sorted(n for n, s in SIZES.items() if s.gpu is not None)
+        raise LabError(f"unknown VM size {sku!r} for the lab; known: {', '.join(known)}")
+    return size
 
 
 def healthy_state(host: str, sku: str) -> State:
     size = size_of(sku)
-    gpu = size.gpu
+    gpu = size.nvml
     state: State = {"sku": sku, "hang": "0", "gpu_count": str(size.gpu_count)}
     for i in range(size.gpu_count):
         p = f"gpu.{i}."

@@ -183,6 +183,7 @@ def plan_restore(
             decision = method.plan_host(
                 audit, prefer=Prefer(options.prefer), force=options.force, cordon_marker=cordon.get(audit.host)
             )
+            decision = method.guard(decision, allow_reboot=options.allow_reboot)
             methods[audit.host] = method
         decisions.append(decision)
     return tuple(decisions), methods

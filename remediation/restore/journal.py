@@ -7,7 +7,9 @@ The role writes the journal on the host *before* each change (write-ahead), at
      "changes": [{"kind": "packages_installed", "packages": [...]},   # not installed before this run
                  {"kind": "holds_added", "packages": [...]},          # not held before this run
                  {"kind": "grub_default", "path": "/etc/default/grub", "before": <line or null>, "after": <line>},
-                 {"kind": "module_built", "packages": [<kernel>], "path": /lib/modules/<kernel>, "after": <version>}],
+                 {"kind": "module_built", "packages": [<kernel>], "path": /lib/modules/<kernel>, "after": <version>},
+                 {"kind": "azure_extension", "path": <extension resource id>, "before": <config JSON or null>,
+                  "after": <config JSON>}],   # --method azure-extension (remediation/azure/restore.py)
      "undone": [...]}
 
 :func:`undo_steps` turns a journal and the host's *current* state into the undo steps, newest change first, and
@@ -28,7 +30,7 @@ __all__ = ["JOURNAL_PATH", "JOURNAL_SCHEMA", "Change", "Journal", "UndoStep", "j
 
 JOURNAL_PATH = "/var/lib/gpufleet/driver-restore/journal.json"
 JOURNAL_SCHEMA = "gpufleet.restore-journal/1"
-KINDS = ("packages_installed", "holds_added", "grub_default", "module_built")
+KINDS = ("packages_installed", "holds_added", "grub_default", "module_built", "azure_extension")
 
 
 @dataclass(frozen=True)
@@ -46,6 +48,12 @@ class Change:
             return "held " + ", ".join(self.packages)
         if self.kind == "module_built":
             return f"built NVIDIA module {self.after} for {', '.join(self.packages)} (under {self.path})"
+        if self.kind == "azure_extension":  # written by remediation.azure.restore; undone there, not by the role
+            from remediation.azure.extension import status_messages, summary
+
+            name = (self.path or "").rsplit("/", 1)[-1]
+            return (f"VM extension {name} re-added ({summary(self.after)}; before: {summary(self.before)})"
+                    + status_messages(self.after))
         return f"{self.path}: {self.before or '(no GRUB_DEFAULT line)'} -> {self.after}"
 
 

@@ -1,10 +1,10 @@
-"""How a host's driver is restored: one interface, one method per way (apt now, the Azure extension later).
+"""How a host's driver is restored: one interface, one method per way (apt, the Azure driver VM extension).
 
 A :class:`RestoreMethod` turns a host's audit into a :class:`~remediation.restore.rules.Decision`
 (``plan_host``), makes the change for a batch (``apply``), undoes what a run recorded (``undo``) and says whether
 the host passed the health gate (``verify``). ``method_for`` picks the method per host: ``--method auto`` reads the
-inventory variable ``driver_restore_method`` (``apt`` | ``azure-extension``). Choosing a method that does not exist
-yet fails in planning, before any host is changed.
+inventory variable ``driver_restore_method`` (``apt`` | ``azure-extension``). A method that cannot serve a host (an
+Azure VM not mapped in the inventory) fails in planning, before any host is changed.
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from typing import Any
 from remediation.audit import HostAudit
 from remediation.runner import PlaybookResult, run_playbook
 
-from .errors import MethodUnavailableError, RestoreError
+from .errors import RestoreError
 from .rules import METHOD_NAMES, Decision, Prefer, decide, resolve_method
 
 __all__ = ["METHODS", "AptMethod", "AzureExtensionMethod", "GateResult", "RestoreMethod", "method_for"]
@@ -53,6 +53,10 @@ class RestoreMethod(ABC):
     @abstractmethod
     def undo(self, hosts: Sequence[str], inventory: str | Path, settings: Mapping[str, Any]) -> PlaybookResult:
         """Undo exactly what this run recorded on ``hosts`` (the journal on each host)."""
+
+    def guard(self, decision: Decision, *, allow_reboot: bool) -> Decision:
+        """A method's own guard on a changing decision (e.g. a method that cannot avoid a reboot); default none."""
+        return decision
 
     def verify(self, decision: Decision, after: HostAudit) -> GateResult:
         """The health gate: probed, NVML answers, driver version as expected, no GPU-DRV-001 left."""
@@ -102,25 +106,35 @@ class AptMethod(RestoreMethod):
 
 
 class AzureExtensionMethod(RestoreMethod):
-    """Remove and re-add the ``NvidiaGpuDriverLinux`` VM extension (publisher ``Microsoft.HpcCompute``): not yet."""
+    """Remove and re-add the ``NvidiaGpuDriverLinux`` VM extension (publisher ``Microsoft.HpcCompute``).
+
+    Delegates to :mod:`remediation.azure.restore` (ARM through azure-cli-core's login); the decision rules, guards,
+    batches, NVML gate and journal are the apt method's.
+    """
 
     name = "azure-extension"
-    MESSAGE = (
-        "restore method 'azure-extension' (remove and re-add the NvidiaGpuDriverLinux VM extension, publisher "
-        "Microsoft.HpcCompute) is not implemented yet; nothing was changed. Use --method apt, or set "
-        "driver_restore_method: apt for host(s) {hosts}"
-    )
 
     def plan_host(self, audit: HostAudit, *, prefer: Prefer, force: bool, cordon_marker: str | None) -> Decision:
-        raise MethodUnavailableError(self.MESSAGE.format(hosts=audit.host))
+        from remediation.azure import restore
+
+        return restore.plan_host(audit, force=force, cordon_marker=cordon_marker)
+
+    def guard(self, decision: Decision, *, allow_reboot: bool) -> Decision:
+        from remediation.azure import restore
+
+        return restore.guard(decision, allow_reboot=allow_reboot)
 
     def apply(
         self, decisions: Sequence[Decision], inventory: str | Path, settings: Mapping[str, Any]
     ) -> PlaybookResult:
-        raise MethodUnavailableError(self.MESSAGE.format(hosts=",".join(d.host for d in decisions)))
+        from remediation.azure import restore
+
+        return restore.apply(decisions, inventory, settings)
 
     def undo(self, hosts: Sequence[str], inventory: str | Path, settings: Mapping[str, Any]) -> PlaybookResult:
-        raise MethodUnavailableError(self.MESSAGE.format(hosts=",".join(hosts)))
+        from remediation.azure import restore
+
+        return restore.undo(hosts, inventory, settings)
 
 
 METHODS: dict[str, type[RestoreMethod]] = {"apt": AptMethod, "azure-extension": AzureExtensionMethod}

@@ -1,0 +1,231 @@
+"""How ``quota.*`` and ``aks.*`` results are shown: a table for people, JSON for tools, Prometheus for alerts.
+
+The Prometheus output is a node_exporter textfile beside the scheduled audit's (``gpufleet.prom``): same prefix, same
+HELP/escaping rules (:mod:`remediation.report.prometheus`), no timestamps on samples. Metrics (gauges)::
+
+    gpufleet_azure_quota_usage_vcpus{subscription,location,quota,kind}   vCPUs in use (kind: gpu-family | regional)
+    gpufleet_azure_quota_limit_vcpus{subscription,location,quota,kind}   the limit
+    gpufleet_azure_quota_used_ratio{subscription,location,quota,kind}    usage / limit (left out when the limit is 0)
+    gpufleet_azure_quota_threshold_ratio{subscription,location}          the threshold the report used (0.8)
+    gpufleet_azure_quota_timestamp_seconds{subscription,location}        when the usages were read
+
+``monitoring/prometheus/gpufleet-azure-quota.rules.yml`` alerts on ``gpufleet_azure_quota_used_ratio >= 0.8``: one
+rule for every family of every region and subscription written there.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Sequence
+from typing import Any
+
+from rich.console import Console
+from rich.table import Table
+
+from remediation.findings import Finding
+from remediation.report.prometheus import escape_help, escape_label_value
+
+from .aks import PoolsReport
+from .checks import quota_findings
+from .quota import QuotaPlan, QuotaRequestResult, QuotaUsage, UsageReport
+
+__all__ = [
+    "QUOTA_METRICS",
+    "plan_json",
+    "pools_json",
+    "print_plan",
+    "print_pools",
+    "print_quota",
+    "print_request",
+    "quota_json",
+    "quota_prometheus",
+    "request_json",
+]
+
+QUOTA_METRICS: dict[str, str] = {
+    "gpufleet_azure_quota_usage_vcpus": "vCPUs in use in an Azure compute quota (a VM family or the regional total).",
+    "gpufleet_azure_quota_limit_vcpus": "The limit of an Azure compute quota, in vCPUs.",
+    "gpufleet_azure_quota_used_ratio": "Share of an Azure compute quota in use (usage / limit).",
+    "gpufleet_azure_quota_threshold_ratio": "The alert threshold invoke quota.show applied (share of the limit).",
+    "gpufleet_azure_quota_timestamp_seconds": "When invoke quota.show read the usages, Unix time.",
+}
+
+
+def _pct(u: QuotaUsage) -> str:
+    pct = u.pct
+    if pct is None:
+        return "-"
+    return "over 0" if math.isinf(pct) else f"{pct:.0f} %"
+
+
+def _findings(report: UsageReport) -> list[Finding]:
+    return quota_findings(report.rows, report.threshold_pct, report.location)
+
+
+def print_quota(console: Console, report: UsageReport) -> None:
+    where = report.location or "(from file)"
+    table = Table(title=f"GPU quota in {where}" + (f", subscription {report.subscription}" if report.subscription
+                                                   else ""))
+    for col in ("quota", "name", "used", "limit", "% used", ""):
+        table.add_column(col, justify="right" if col in ("used", "limit", "% used") else "left")
+    for u in report.rows:
+        flag = f"[red]>= {report.threshold_pct:g} %[/red]" if u.at_or_over(report.threshold_pct) else ""
+        table.add_row(u.name, u.localized, str(u.current), str(u.limit), _pct(u), flag)
+    console.print(table)
+    for f in _findings(report):
+        console.print(f"[yellow]{f.id}[/yellow] {f.summary}: {f.remedy}", markup=True, highlight=False)
+    if not report.flagged:
+        console.print(f"no quota at or above {report.threshold_pct:g} %")
+
+
+def quota_json(report: UsageReport) -> str:
+    return json.dumps({
+        "subscription": report.subscription,
+        "location": report.location,
+        "source": report.source,
+        "thresholdPct": report.threshold_pct,
+        "usages": [{**u.to_dict(), "kind": "regional" if u.is_regional else "gpu-family",
+                    "flagged": u.at_or_over(report.threshold_pct)} for u in report.rows],
+        "findings": [f.to_dict() for f in _findings(report)],
+    }, indent=2)
+
+
+def _labels(pairs: Sequence[tuple[str, str]]) -> str:
+    return "{" + ",".join(f'{k}="{escape_label_value(v)}"' for k, v in pairs) + "}"
+
+
+def quota_prometheus(report: UsageReport) -> str:
+    """The textfile (see the module docstring); every line ends in a newline, no sample has a timestamp."""
+    base = [("subscription", report.subscription), ("location", report.location)]
+    samples: dict[str, list[str]] = {name: [] for name in QUOTA_METRICS}
+    for u in report.rows:
+        labels = _labels([*base, ("quota", u.name), ("kind", "regional" if u.is_regional else "gpu-family")])
+        samples["gpufleet_azure_quota_usage_vcpus"].append(f"gpufleet_azure_quota_usage_vcpus{labels} {u.current}")
+        samples["gpufleet_azure_quota_limit_vcpus"].append(f"gpufleet_azure_quota_limit_vcpus{labels} {u.limit}")
+        if u.limit > 0:
+            samples["gpufleet_azure_quota_used_ratio"].append(
+                f"gpufleet_azure_quota_used_ratio{labels} {u.current / u.limit:.6g}"
+            )
+    samples["gpufleet_azure_quota_threshold_ratio"].append(
+        f"gpufleet_azure_quota_threshold_ratio{_labels(base)} {report.threshold_pct / 100:.6g}"
+    )
+    samples["gpufleet_azure_quota_timestamp_seconds"].append(
+        f"gpufleet_azure_quota_timestamp_seconds{_labels(base)} {report.collected_at:.3f}"
+    )
+    lines: list[str] = []
+    for name, help_text in QUOTA_METRICS.items():
+        if not samples[name]:
+            continue
+        lines += [f"# HELP {name} {escape_help(help_text)}", f"# TYPE {name} gauge", *samples[name]]
+    return "\n".join(lines) + "\n"
+
+
+def print_plan(console: Console, p: QuotaPlan) -> None:
+    console.print(
+        f"{p.nodes} more {p.size.name} ({p.gpus} x {p.size.gpu_model}"
+        + (f", {p.size.gpu_share} of a GPU each" if p.size.gpu_share != 1 else "")
+        + f") = {p.vcpus} vCPUs of {p.size.family} in {p.location or '(from file)'}",
+        highlight=False,
+    )
+    table = Table()
+    for col in ("quota", "used", "limit", "+ needed", "new total", "verdict"):
+        table.add_column(col)
+    needs = [p.family] + ([p.regional] if p.regional is not None else [])
+    for n in needs:
+        verdict = "fits" if n.fits else f"[red]request limit {n.new_total}[/red]"
+        table.add_row(n.usage.name, str(n.usage.current), str(n.usage.limit), str(n.needed), str(n.new_total), verdict)
+    console.print(table)
+    if p.fits:
+        console.print("fits: no quota request needed")
+        return
+    for n in needs:
+        if not n.fits:
+            console.print(
+                f"request: invoke quota.request --location {p.location or 'LOCATION'} --family {n.usage.name}"
+                f" --limit {n.new_total}   (to stay under {p.threshold_pct:g} %: --limit"
+                f" {n.headroom_limit(p.threshold_pct)})",
+                highlight=False, markup=False,
+            )
+
+
+def plan_json(p: QuotaPlan) -> str:
+    def need(n: Any) -> dict[str, Any]:
+        return {"quota": n.usage.name, "currentValue": n.usage.current, "limit": n.usage.limit, "needed": n.needed,
+                "newTotal": n.new_total, "fits": n.fits, "limitUnderThreshold": n.headroom_limit(p.threshold_pct)}
+
+    return json.dumps({
+        "location": p.location, "vmSize": p.size.name, "vcpusPerVm": p.size.vcpus, "gpusPerVm": p.size.gpu_count,
+        "family": p.size.family, "nodes": p.nodes, "gpus": p.gpus, "vcpus": p.vcpus, "fits": p.fits,
+        "quotas": [need(p.family)] + ([need(p.regional)] if p.regional is not None else []),
+    }, indent=2)
+
+
+def print_request(console: Console, r: QuotaRequestResult) -> None:
+    head = f"{r.family} in {r.location}: {r.current} vCPUs used, limit {r.limit_before}"
+    if r.outcome == "sufficient":
+        console.print(f"{head}: already sufficient for {r.requested}; nothing requested", highlight=False)
+    elif r.outcome in ("check", "declined"):
+        console.print(f"{head}: would request a new total of {r.requested} ({r.message})", highlight=False)
+        console.print("PUT body: " + json.dumps(r.body), highlight=False, markup=False)
+    else:
+        after = f"; limit now {r.limit_after}" if r.limit_after is not None else ""
+        console.print(f"{head}: request for {r.requested} {r.outcome}{after} ({r.message}; quota request"
+                      f" {r.request_id or '?'}, {r.polls} poll(s))", highlight=False)
+
+
+def request_json(r: QuotaRequestResult) -> str:
+    return json.dumps({
+        "subscription": r.subscription, "location": r.location, "family": r.family, "currentValue": r.current,
+        "limitBefore": r.limit_before, "requested": r.requested, "outcome": r.outcome, "message": r.message,
+        "limitAfter": r.limit_after, "quotaRequestId": r.request_id, "body": r.body,
+    }, indent=2)
+
+
+def print_pools(console: Console, r: PoolsReport) -> None:
+    table = Table(title=f"AKS {r.resource_group}/{r.cluster} ({r.location})")
+    for col in ("pool", "vmSize", "count", "min", "max", "autoscale", "taints", "power", ""):
+        table.add_column(col)
+    for p in r.pools:
+        flags = []
+        if p.at_max:
+            flags.append("[red]at maxCount[/red]")
+        if p.is_gpu:
+            flags.append("GPU" + ("" if p.gpu_tainted else " [yellow]no sku=gpu taint[/yellow]"))
+        table.add_row(p.name, p.vm_size, str(p.count), str(p.min_count if p.min_count is not None else "-"),
+                      str(p.max_count if p.max_count is not None else "-"), "on" if p.autoscaling else "off",
+                      ", ".join(p.taints) or "-", p.power_state, " ".join(flags))
+    console.print(table)
+    for h in r.headroom:
+        verdict = "fits" if h.fits else "[red]short[/red]"
+        console.print(f"quota {h.usage.name}: {h.usage.current}/{h.usage.limit} used; growing"
+                      f" {', '.join(h.pools)} to maxCount needs {h.needed} more -> {h.new_total}: {verdict}",
+                      highlight=False)
+    for f in r.findings:
+        console.print(f"{f.id} [{f.severity.value}] {f.summary}", highlight=False, markup=False)
+        for line in f.evidence[1:]:
+            console.print(f"    {line}", highlight=False, markup=False)
+
+
+def pools_json(r: PoolsReport) -> str:
+    return json.dumps({
+        "subscription": r.subscription, "resourceGroup": r.resource_group, "cluster": r.cluster,
+        "location": r.location, "pools": [p.to_dict() for p in r.pools],
+        "headroom": [{"quota": h.usage.name, "currentValue": h.usage.current, "limit": h.usage.limit,
+                      "needed": h.needed, "newTotal": h.new_total, "fits": h.fits, "pools": list(h.pools)}
+                     for h in r.headroom],
+        "findings": [f.to_dict() for f in r.findings],
+    }, indent=2)
+
+
+def write_atomic(path: str, text: str) -> None:
+    """Write ``text`` to ``path`` through a temporary file and a rename (node_exporter never reads half a file)."""
+    import os
+    from pathlib import Path
+
+    target = Path(path)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    tmp = target.with_name(f".{target.name}.tmp")
+    tmp.write_text(text)
+    tmp.chmod(0o644)
+    os.replace(tmp, target)
