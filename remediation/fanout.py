@@ -240,24 +240,33 @@ class Gateways:
             if chain in self._open:
                 return self._open[chain]
             ep = _jump_endpoint(chain[-1])
+            sock = conn = None
             try:
                 sock = self.channel(chain[:-1], (ep.host, ep.port)) if len(chain) > 1 else None
                 conn = _connection(ep, self.connect_timeout, sock)
                 conn.open()
-            except GatewayError as exc:
-                self._failed[chain] = str(exc)
-                raise
-            except FanoutError:
-                raise
-            except Exception as exc:
-                self._failed[chain] = f"{ep.label}: {_describe(exc)}"
-                raise GatewayError(self._failed[chain]) from None
+            except BaseException as exc:
+                for thing in (conn, sock):
+                    if thing is not None:
+                        with contextlib.suppress(Exception):
+                            thing.close()
+                self._record(chain, ep, exc)
+                raise self._error(chain, exc) from None
             self._open[chain] = conn
             self._order.append(conn)
             return conn
 
+    def _record(self, chain: tuple[JumpHost, ...], ep: _Endpoint, exc: BaseException) -> None:
+        if isinstance(exc, GatewayError):
+            self._failed[chain] = str(exc)
+        elif isinstance(exc, Exception) and not isinstance(exc, FanoutError):
+            self._failed[chain] = f"{ep.label}: {_describe(exc)}"
+
+    def _error(self, chain: tuple[JumpHost, ...], exc: BaseException) -> BaseException:
+        return GatewayError(self._failed[chain]) if chain in self._failed else exc
+
     def close(self) -> None:
-        for conn in reversed(self._order):  # the innermost hop first
+        for conn in reversed(self._order):  # the farthest hop first: it runs over a channel of the one before
             with contextlib.suppress(Exception):
                 conn.close()
         self._order.clear()
@@ -283,8 +292,19 @@ def _open_target(host: Host, connect_timeout: float, gateways: Gateways) -> Any:
         sock = gateways.channel(ep.options.proxy_jump, (ep.host, ep.port))
     elif ep.options.proxy_command:
         sock = _proxy_command(ep.options.proxy_command)
-    conn = _connection(ep, connect_timeout, sock)
-    conn.open()
+    conn = None
+    try:
+        conn = _connection(ep, connect_timeout, sock)
+        conn.open()
+    except BaseException:
+        # A failed connect must not leave a ProxyCommand process running or a channel open on the bastion.
+        with contextlib.suppress(Exception):
+            if conn is not None:
+                conn.close()
+        with contextlib.suppress(Exception):
+            if sock is not None:
+                sock.close()
+        raise
     return conn
 
 

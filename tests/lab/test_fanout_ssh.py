@@ -2,8 +2,9 @@
 known_hosts file, ProxyJump / ProxyCommand through a bastion; host keys checked strictly at every hop.
 
 Three lab hosts: gpu-1 is the bastion (its sshd logs at DEBUG1, so each ``direct-tcpip`` channel it opens is
-on record), gpu-2 is reached only through it, gpu-3 directly. Every host accepts one ed25519 key encrypted with
-a passphrase; a real ``ssh-agent`` started here holds it (added with ``ssh-add`` and ``SSH_ASKPASS``).
+on record), gpu-2 is reached only through it (or through gpu-1 then gpu-3, a chain), gpu-3 directly. Every
+host accepts one ed25519 key encrypted with a passphrase; a real ``ssh-agent`` started here holds it (added
+with ``ssh-add`` and ``SSH_ASKPASS``).
 Which known_hosts file holds which key: the inventory's ``UserKnownHostsFile`` only gpu-2's; the system-style
 file only gpu-1's (the bastion) and gpu-3's. The fan-out tests point ``remediation.fanout.GLOBAL_KNOWN_HOSTS``
 at that file; the Ansible test bind-mounts it as ``/etc/ssh/ssh_known_hosts`` in a private mount namespace,
@@ -87,6 +88,10 @@ def write_inventory(path: Path, fleet_addr: dict[str, str], key: Path, inv_known
         # ProxyJump in the extra args, no key file: agent keys only.
         "via-bastion-extra": {"ansible_host": fleet_addr["gpu-2"], "ansible_ssh_common_args": strict,
                               "ansible_ssh_extra_args": f"-o ProxyJump=ssh://{bastion}:22", "expected": "gpu-2"},
+        # A chain: gpu-1, then gpu-3 (reached through gpu-1), then the target through gpu-3.
+        "via-two-bastions": {"ansible_host": fleet_addr["gpu-2"], "ansible_ssh_common_args": strict,
+                             "ansible_ssh_extra_args": f"-J {bastion},root@{fleet_addr['gpu-3']}",
+                             "expected": "gpu-2"},
         # ProxyCommand: ssh itself reaches the bastion (checking its key in the system-style file).
         "via-proxycommand": {
             "ansible_host": fleet_addr["gpu-2"], "ansible_ssh_private_key_file": str(key),
@@ -196,9 +201,10 @@ def test_agent_held_encrypted_key_system_known_hosts_and_the_bastion(fleet: Flee
         assert host_run.status is Status.OK, (name, host_run.error)
         assert host_run.stdout.strip() == expected[name]
     # Through the bastion: one channel per host behind it (the two ProxyJump hosts share one bastion
-    # connection; the ProxyCommand host has its own ssh -W). gpu-3 was reached directly.
+    # connection; the ProxyCommand host has its own ssh -W); the chain's channel goes to its second hop, gpu-3.
+    # The hosts on gpu-3 were reached directly.
     assert channels_to(fleet, "gpu-2") - before["gpu-2"] == 3
-    assert channels_to(fleet, "gpu-3") == before["gpu-3"] == 0
+    assert channels_to(fleet, "gpu-3") - before["gpu-3"] == 1
 
 
 def test_without_the_agent_an_encrypted_key_needs_its_passphrase_file(fleet: Fleet, env: pytest.MonkeyPatch) -> None:
@@ -303,7 +309,7 @@ def test_the_same_inventory_works_for_ansible_playbook_through_the_runner(fleet:
     shutil.copytree("/etc/ssh", etc_ssh, symlinks=True)
     shutil.copyfile(fleet.system_known, etc_ssh / "ssh_known_hosts")
     (fleet.tmp / "play.yml").write_text(PLAYBOOK)
-    before = channels_to(fleet, "gpu-2")
+    before, before_hop = channels_to(fleet, "gpu-2"), channels_to(fleet, "gpu-3")
     env = {k: v for k, v in os.environ.items() if k != PASSPHRASE_FILE_ENV}
     env["SSH_AUTH_SOCK"] = fleet.agent_sock
     proc = subprocess.run(
@@ -313,10 +319,10 @@ def test_the_same_inventory_works_for_ansible_playbook_through_the_runner(fleet:
     )
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     out = json.loads(proc.stdout.strip().splitlines()[-1])
-    names = {"via-bastion", "via-bastion-extra", "via-proxycommand", "system-known", "key-file"}
+    names = {"via-bastion", "via-bastion-extra", "via-two-bastions", "via-proxycommand", "system-known", "key-file"}
     assert out["runner"] == dict.fromkeys(names, "ok"), out["tail"]
     assert {h: r[0] for h, r in out["fanout"].items()} == dict.fromkeys(names, "ok"), out["fanout"]
-    # Three hosts behind the bastion, reached twice each (Ansible, then the fan-out) and Ansible's ssh
-    # multiplexes its two tasks per host over one connection: at least 6 channels, all to gpu-2.
+    # Three hosts behind the bastion, reached twice each (Ansible, then the fan-out; Ansible's ssh multiplexes
+    # its two tasks per host over one connection): at least 6 channels to gpu-2; the chain's 2 go to gpu-3.
     assert channels_to(fleet, "gpu-2") - before >= 6
-    assert channels_to(fleet, "gpu-3") == 0
+    assert channels_to(fleet, "gpu-3") - before_hop >= 2
