@@ -250,7 +250,9 @@ def ssh_target(
         "k": alias or hostname, "i": str(os.getuid()), "l": socket.gethostname(),
         "L": socket.gethostname().split(".")[0],
     }
-    hostname = expand_tokens(hostname, tokens, where)
+    if "hostname" in first:  # ssh expands tokens in a HostName option, not in the destination it was given
+        hostname = expand_tokens(hostname, {**tokens, "h": host}, where)
+        tokens.update(h=hostname, k=alias or hostname)
 
     def files(key: str) -> tuple[Path, ...] | None:
         if key not in first:

@@ -90,6 +90,11 @@ def test_known_hosts_lists_tilde_tokens_and_none() -> None:
     assert target("-o UserKnownHostsFile=none").options.user_known_hosts == ()
 
 
+def test_hostname_option_and_a_destination_with_a_percent_sign() -> None:
+    assert target("-o HostName=%h.fleet.example").host == "10.0.0.5.fleet.example"
+    assert target(host="fe80::1%eth0").host == "fe80::1%eth0"  # the destination itself is not token-expanded
+
+
 def test_identity_agent_and_host_key_alias() -> None:
     assert target("-o IdentityAgent=none").options.identity_agent == "none"
     assert target("-o IdentityAgent=SSH_AUTH_SOCK").options.identity_agent is None
