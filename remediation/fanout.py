@@ -2,24 +2,46 @@
 
 Never a bare ``ThreadingGroup`` over the whole fleet (one thread per host, no timeouts): a bounded pool runs
 one Fabric ``Connection`` per host with a connect timeout and a command timeout; a non-zero exit is data
-(``warn=True``), not an exception. Host keys are checked against the host's known_hosts file and unknown
-keys are rejected (paramiko ``RejectPolicy``), never added.
+(``warn=True``), not an exception.
+
+It connects the way Ansible's ssh connection (that is, ssh(1)) does with the same inventory
+(:mod:`remediation.sshopts` reads the options): keys from the SSH agent and from identity files, encrypted ones
+through the agent or a passphrase file (:mod:`remediation.sshauth`); ``ProxyJump`` hops reached with ssh's
+defaults and shared by every host behind them, or a ``ProxyCommand``. Host keys are checked strictly, for
+every hop too, against the files ssh would read (:mod:`remediation.knownhosts`): the inventory's
+``UserKnownHostsFile`` (else ``~/.ssh/known_hosts``) and the system's ``/etc/ssh/ssh_known_hosts`` (unless
+``GlobalKnownHostsFile`` says otherwise). An unknown, changed or revoked key is refused, never added.
 """
 
 from __future__ import annotations
 
 import contextlib
-import functools
+import shlex
 import socket
+import threading
 import time
 from collections.abc import Callable, Iterable, Mapping
 from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import dataclass
 from enum import StrEnum
 from pathlib import Path
+from typing import Any
 
+from . import knownhosts
 from .errors import FanoutError
 from .inventory import Host
+from .sshauth import Identities
+from .sshopts import (
+    DEFAULT_GLOBAL_KNOWN_HOSTS,
+    DEFAULT_USER_KNOWN_HOSTS,
+    JumpHost,
+    SshOptions,
+    known_hosts_name,
+    local_user,
+)
+
+# ssh(1)'s system-wide known_hosts files, read for every host unless GlobalKnownHostsFile says otherwise.
+GLOBAL_KNOWN_HOSTS: tuple[str, ...] = DEFAULT_GLOBAL_KNOWN_HOSTS
 
 
 class Status(StrEnum):
@@ -53,67 +75,240 @@ class FanoutResult:
         return all(r.status is Status.OK for r in self.runs.values())
 
 
-@functools.lru_cache(maxsize=64)
-def _known_hosts_file(path: str, mtime_ns: int):  # type: ignore[no-untyped-def]
-    """Parse a known_hosts file once per run (not once per host: that grows with the square of the fleet)."""
-    import paramiko
-
-    keys = paramiko.HostKeys()
-    keys.load(path)
-    return keys
+class HostKeyRefused(Exception):
+    """The server's host key is unknown, changed or revoked: the connection is refused (strict checking)."""
 
 
-@functools.lru_cache(maxsize=16)
-def _private_key(path: str, mtime_ns: int):  # type: ignore[no-untyped-def]
-    import paramiko
+class GatewayError(Exception):
+    """A ProxyJump hop could not be reached, verified or authenticated: every host behind it is unreachable."""
 
-    for cls in (paramiko.Ed25519Key, paramiko.ECDSAKey, paramiko.RSAKey):
+
+@dataclass(frozen=True)
+class _Endpoint:
+    """One SSH server to connect to: a fleet host, or one hop of its ProxyJump chain."""
+
+    label: str
+    host: str
+    port: int
+    user: str
+    options: SshOptions
+
+
+def _endpoint(host: Host) -> _Endpoint:
+    return _Endpoint(host.name, host.address, host.port, host.user, host.ssh)
+
+
+def _jump_endpoint(hop: JumpHost) -> _Endpoint:
+    """ssh(1) reaches a ProxyJump hop with its own defaults (ssh -W): none of the target's -o options."""
+    user = hop.user or local_user()[0]
+    return _Endpoint(f"bastion {JumpHost(hop.host, hop.port, user)}", hop.host, hop.port, user, SshOptions())
+
+
+def _known_hosts_files(options: SshOptions, home: Path) -> tuple[list[Path], list[Path]]:
+    """(files named in the inventory, default files) that ssh(1) would read for this endpoint."""
+    named: list[Path] = []
+    defaults: list[Path] = []
+    if options.user_known_hosts is None:
+        defaults += [home / p[2:] for p in DEFAULT_USER_KNOWN_HOSTS]
+    else:
+        named += list(options.user_known_hosts)
+    if options.global_known_hosts is None:
+        defaults += [Path(p) for p in GLOBAL_KNOWN_HOSTS]
+    else:
+        named += list(options.global_known_hosts)
+    return named, defaults
+
+
+def _host_key_check(ep: _Endpoint) -> tuple[Callable[[Any], None], list[str]]:
+    """(the check of the key the server shows, the host key algorithms to disable) for one endpoint."""
+    _, home = local_user()
+    named, defaults = _known_hosts_files(ep.options, home)
+    parsed = []
+    for path in named + defaults:
         try:
-            return cls.from_private_key_file(path)
-        except paramiko.SSHException:
-            continue
-    raise FanoutError(f"private key {path} is not an unencrypted ed25519, ECDSA or RSA key; use an ssh-agent-free key")
-
-
-def _connect_kwargs(host: Host) -> dict[str, object]:
-    kwargs: dict[str, object] = {"allow_agent": False, "look_for_keys": host.key_file is None}
-    if host.key_file:
-        try:
-            kwargs["pkey"] = _private_key(str(host.key_file), host.key_file.stat().st_mtime_ns)
+            loaded = knownhosts.load(path)
         except OSError as exc:
-            raise FanoutError(f"private key {host.key_file} for {host.name} cannot be read: {exc.strerror}") from None
-    return kwargs
+            raise FanoutError(
+                f"known_hosts file {path} for {ep.label} cannot be read ({exc.strerror}): fix the inventory"
+                " (UserKnownHostsFile / GlobalKnownHostsFile) or the file's permissions"
+            ) from None
+        if loaded is None and path in named:
+            raise FanoutError(
+                f"known_hosts file {path} for {ep.label} does not exist: run `invoke lab.up` or fix the inventory"
+            )
+        if loaded is not None:
+            parsed.append(loaded)
+    name = known_hosts_name(ep.host, ep.port, ep.options.host_key_alias)
+    found = knownhosts.entries(parsed, name)
+    searched = [p for p in named + defaults if p.exists()]
+
+    def verify(key: Any) -> None:
+        result = knownhosts.check(found, name, key.asbytes(), searched)
+        if not result.ok:
+            raise HostKeyRefused(result.detail)
+
+    allowed = knownhosts.allowed_algorithms(found)
+    disabled = [] if not allowed else [a for a in _host_key_algorithms() if a not in allowed]
+    return verify, disabled
 
 
-def _connection(host: Host, connect_timeout: float):  # type: ignore[no-untyped-def]
+def _host_key_algorithms() -> tuple[str, ...]:
     import paramiko
+
+    return tuple(paramiko.Transport._preferred_keys)
+
+
+def _policy(verify: Callable[[Any], None]) -> Any:
+    import paramiko
+
+    class StrictPolicy(paramiko.MissingHostKeyPolicy):  # type: ignore[misc]
+        """Called for every key (no key is loaded into paramiko's own stores): known -> go on, else refuse."""
+
+        def missing_host_key(self, client: Any, hostname: str, key: Any) -> None:
+            verify(key)
+
+    return StrictPolicy()
+
+
+def _proxy_command(command: str) -> Any:
+    """ProxyCommand as ssh(1) runs it: through the shell (``sh -c 'exec COMMAND'``), tokens already expanded."""
+    import paramiko
+
+    return paramiko.ProxyCommand(shlex.join(["/bin/sh", "-c", "exec " + command]))
+
+
+def _connection(ep: _Endpoint, connect_timeout: float, sock: Any = None) -> Any:
+    """A Fabric connection (not opened) that checks the host key strictly and authenticates like ssh(1)."""
     from fabric import Config, Connection
 
+    verify, disabled = _host_key_check(ep)
+    _, home = local_user()
+    ids = Identities(ep.user, ep.options.identity_files, ep.options.identities_only, ep.options.identity_agent, home)
+    kwargs: dict[str, object] = {"auth_strategy": ids.strategy()}
+    if disabled:
+        kwargs["disabled_algorithms"] = {"keys": disabled}
+    if sock is not None:
+        kwargs["sock"] = sock
     config = Config(overrides={"load_ssh_configs": False, "run": {"hide": True, "warn": True}})
     conn = Connection(
-        host=host.address,
-        user=host.user,
-        port=host.port,
+        host=ep.host,
+        user=ep.user,
+        port=ep.port,
         connect_timeout=connect_timeout,
-        connect_kwargs=_connect_kwargs(host),
+        connect_kwargs=kwargs,
         config=config,
     )
-    client = conn.client
-    client.set_missing_host_key_policy(paramiko.RejectPolicy())
-    known = host.known_hosts
-    if known is None:
-        client.load_system_host_keys()
-        return conn
-    try:
-        shared = _known_hosts_file(str(known), Path(known).stat().st_mtime_ns)
-    except OSError:
-        raise FanoutError(
-            f"known_hosts file {known} for {host.name} cannot be read: run `invoke lab.up` or fix the inventory"
-        ) from None
-    lookup_name = host.address if host.port == 22 else f"[{host.address}]:{host.port}"
-    for keytype, key in (shared.lookup(lookup_name) or {}).items():
-        client.get_host_keys().add(lookup_name, keytype, key)
+    # Fabric's own default is AutoAddPolicy; ours is set before anything connects, and no key is preloaded into
+    # paramiko's stores, so every key the server shows goes through verify().
+    conn.client.set_missing_host_key_policy(_policy(verify))
     return conn
+
+
+class Gateways:
+    """ProxyJump hops, opened once per fan-out and shared by every host behind them (one SSH connection to a
+    bastion, one ``direct-tcpip`` channel per host: a bastion's MaxStartups is not hit by the fleet's size).
+    A hop that fails is remembered for the run: every host behind it is unreachable with the hop's reason."""
+
+    def __init__(self, connect_timeout: float) -> None:
+        self.connect_timeout = connect_timeout
+        self._lock = threading.Lock()
+        self._locks: dict[tuple[JumpHost, ...], threading.Lock] = {}
+        self._open: dict[tuple[JumpHost, ...], Any] = {}
+        self._failed: dict[tuple[JumpHost, ...], str] = {}
+        self._order: list[Any] = []
+
+    def channel(self, chain: tuple[JumpHost, ...], dest: tuple[str, int]) -> Any:
+        """A ``direct-tcpip`` channel to ``dest`` through the last hop of ``chain``."""
+        conn = self._hop(chain)
+        label = _jump_endpoint(chain[-1]).label
+        transport = conn.client.get_transport()
+        if transport is None or not transport.is_active():
+            raise GatewayError(f"{label}: connection lost")
+        try:
+            return transport.open_channel(
+                "direct-tcpip", dest_addr=dest, src_addr=("", 0), timeout=self.connect_timeout
+            )
+        except Exception as exc:
+            raise GatewayError(f"{label} could not reach {dest[0]}:{dest[1]}: {_describe(exc)}") from None
+
+    def _hop(self, chain: tuple[JumpHost, ...]) -> Any:
+        with self._lock:
+            lock = self._locks.setdefault(chain, threading.Lock())
+        with lock:
+            if chain in self._failed:
+                raise GatewayError(self._failed[chain])
+            if chain in self._open:
+                return self._open[chain]
+            ep = _jump_endpoint(chain[-1])
+            sock = conn = None
+            try:
+                sock = self.channel(chain[:-1], (ep.host, ep.port)) if len(chain) > 1 else None
+                conn = _connection(ep, self.connect_timeout, sock)
+                conn.open()
+            except BaseException as exc:
+                for thing in (conn, sock):
+                    if thing is not None:
+                        with contextlib.suppress(Exception):
+                            thing.close()
+                self._record(chain, ep, exc)
+                raise self._error(chain, exc) from None
+            self._open[chain] = conn
+            self._order.append(conn)
+            return conn
+
+    def _record(self, chain: tuple[JumpHost, ...], ep: _Endpoint, exc: BaseException) -> None:
+        if isinstance(exc, GatewayError):
+            self._failed[chain] = str(exc)
+        elif isinstance(exc, Exception) and not isinstance(exc, FanoutError):
+            self._failed[chain] = f"{ep.label}: {_describe(exc)}"
+
+    def _error(self, chain: tuple[JumpHost, ...], exc: BaseException) -> BaseException:
+        return GatewayError(self._failed[chain]) if chain in self._failed else exc
+
+    def close(self) -> None:
+        for conn in reversed(self._order):  # the farthest hop first: it runs over a channel of the one before
+            with contextlib.suppress(Exception):
+                conn.close()
+        self._order.clear()
+        self._open.clear()
+
+
+def _describe(exc: BaseException) -> str:
+    import paramiko
+
+    if isinstance(exc, HostKeyRefused | GatewayError):
+        return str(exc)
+    if isinstance(exc, paramiko.AuthenticationException):
+        return f"authentication failed: {exc}"
+    if isinstance(exc, paramiko.ChannelException):
+        return f"channel refused ({exc.code}): {exc.text}"
+    return f"{type(exc).__name__}: {exc}"
+
+
+def _open_target(host: Host, connect_timeout: float, gateways: Gateways) -> Any:
+    ep = _endpoint(host)
+    sock = None
+    if ep.options.proxy_jump:
+        sock = gateways.channel(ep.options.proxy_jump, (ep.host, ep.port))
+    elif ep.options.proxy_command:
+        sock = _proxy_command(ep.options.proxy_command)
+    conn = None
+    try:
+        conn = _connection(ep, connect_timeout, sock)
+        conn.open()
+    except BaseException:
+        # A failed connect must not leave a ProxyCommand process running or a channel open on the bastion.
+        with contextlib.suppress(Exception):
+            if conn is not None:
+                conn.close()
+        with contextlib.suppress(Exception):
+            if sock is not None:
+                sock.close()
+        raise
+    return conn
+
+
+EOF_GRACE_S = 2.0  # how long output may trail the exit status before the command's output is taken as complete
 
 
 class CommandTimeout(Exception):
@@ -139,6 +334,7 @@ def _exec(client, command: str, stdin: bytes | None, timeout: float) -> tuple[in
                 view = view[sent:]
         chan.shutdown_write()
         out, err = bytearray(), bytearray()
+        exited_at = None
         while True:
             if chan.recv_ready():
                 out += chan.recv(65536)
@@ -146,24 +342,40 @@ def _exec(client, command: str, stdin: bytes | None, timeout: float) -> tuple[in
             if chan.recv_stderr_ready():
                 err += chan.recv_stderr(65536)
                 continue
-            if chan.exit_status_ready() and not chan.recv_ready() and not chan.recv_stderr_ready():
-                break
+            if chan.exit_status_ready():
+                # sshd may send the exit status before the last output it still reads from the command's pipe:
+                # the output is complete at EOF. A background child that keeps the pipe open gets a short grace.
+                if chan.eof_received or chan.closed:
+                    break
+                exited_at = exited_at or time.monotonic()
+                if time.monotonic() - exited_at > EOF_GRACE_S:
+                    break
+                time.sleep(0.005)
+            else:
+                chan.status_event.wait(0.05)
             if time.monotonic() > deadline:
                 raise CommandTimeout
-            chan.status_event.wait(0.05)
         return chan.recv_exit_status(), out.decode(errors="replace"), err.decode(errors="replace")
     finally:
         chan.close()
 
 
-def run_one(host: Host, command: str, stdin: bytes | None, connect_timeout: float, timeout: float) -> HostRun:
+def run_one(
+    host: Host,
+    command: str,
+    stdin: bytes | None,
+    connect_timeout: float,
+    timeout: float,
+    gateways: Gateways | None = None,
+) -> HostRun:
     import paramiko
 
     t0 = time.monotonic()
     conn = None
+    own = gateways is None
+    hops = gateways if gateways is not None else Gateways(connect_timeout)
     try:
-        conn = _connection(host, connect_timeout)
-        conn.open()
+        conn = _open_target(host, connect_timeout, hops)
         code, out, err = _exec(conn.client, command, stdin, timeout)
         status = Status.OK if code == 0 else Status.FAILED
         return HostRun(host.name, status, code, out, err, time.monotonic() - t0)
@@ -174,27 +386,18 @@ def run_one(host: Host, command: str, stdin: bytes | None, connect_timeout: floa
     except FanoutError:
         raise
     except Exception as exc:  # one host's failure is a value, not a crash
-        name = type(exc).__name__
         elapsed = time.monotonic() - t0
-        if isinstance(exc, paramiko.SSHException) and "not found in known_hosts" in str(exc):
-            return HostRun(
-                host.name,
-                Status.UNREACHABLE,
-                None,
-                "",
-                "",
-                elapsed,
-                f"host key not in known_hosts ({exc}); refusing to connect",
-            )
-        if isinstance(exc, paramiko.BadHostKeyException):
-            return HostRun(host.name, Status.UNREACHABLE, None, "", "", elapsed, f"host key mismatch: {exc}")
-        if isinstance(exc, (OSError, socket.timeout, paramiko.SSHException, EOFError)):
-            return HostRun(host.name, Status.UNREACHABLE, None, "", "", elapsed, f"{name}: {exc}")
-        return HostRun(host.name, Status.FAILED, None, "", "", elapsed, f"{name}: {exc}")
+        if isinstance(exc, HostKeyRefused | GatewayError):
+            return HostRun(host.name, Status.UNREACHABLE, None, "", "", elapsed, str(exc))
+        if isinstance(exc, OSError | socket.timeout | paramiko.SSHException | EOFError):
+            return HostRun(host.name, Status.UNREACHABLE, None, "", "", elapsed, _describe(exc))
+        return HostRun(host.name, Status.FAILED, None, "", "", elapsed, _describe(exc))
     finally:
         if conn is not None:
             with contextlib.suppress(Exception):  # closing a broken connection must not mask the result
                 conn.close()
+        if own:
+            hops.close()
 
 
 def fan_out(
@@ -215,11 +418,15 @@ def fan_out(
     runs: dict[str, HostRun] = {}
     if not hosts:
         return FanoutResult(runs, 0.0)
-    with ThreadPoolExecutor(max_workers=min(concurrency, len(hosts)), thread_name_prefix="fanout") as pool:
-        futures = {pool.submit(run_one, h, command, stdin, connect_timeout, timeout): h for h in hosts}
-        for fut in as_completed(futures):
-            run = fut.result()
-            runs[run.host] = run
-            if progress is not None:
-                progress(run)
+    gateways = Gateways(connect_timeout)
+    try:
+        with ThreadPoolExecutor(max_workers=min(concurrency, len(hosts)), thread_name_prefix="fanout") as pool:
+            futures = {pool.submit(run_one, h, command, stdin, connect_timeout, timeout, gateways): h for h in hosts}
+            for fut in as_completed(futures):
+                run = fut.result()
+                runs[run.host] = run
+                if progress is not None:
+                    progress(run)
+    finally:
+        gateways.close()
     return FanoutResult(dict(sorted(runs.items())), time.monotonic() - t0)

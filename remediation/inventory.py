@@ -2,22 +2,24 @@
 
 Ansible's ``InventoryManager`` reads every inventory form Ansible reads (YAML/INI files, directories, the
 ``azure.azcollection.azure_rm`` dynamic plugin), so the audit, the roles and AWX see the same hosts with the
-same variables. SSH settings come from the usual connection variables; the known_hosts file from
-``lab_known_hosts`` or ``UserKnownHostsFile=`` in ``ansible_ssh_common_args``.
+same variables. The SSH settings are what Ansible's own ``ssh`` connection plugin resolves for each host (its
+variables, ``ansible.cfg`` and ``ANSIBLE_*`` settings, Jinja templates in them rendered): ``ansible_host``,
+``ansible_port``, ``ansible_user``, ``ansible_ssh_private_key_file``, ``ssh_args``,
+``ansible_ssh_common_args`` and ``ansible_ssh_extra_args``, read with ssh's grammar by
+:func:`remediation.sshopts.ssh_target` (ProxyJump, ProxyCommand, known_hosts files, identities).
 """
 
 from __future__ import annotations
 
 import fnmatch
-import os
 import re
-import shlex
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from .errors import InventoryError
+from .sshopts import SshOptions, ssh_target
 
 
 @dataclass(frozen=True)
@@ -26,9 +28,18 @@ class Host:
     address: str
     port: int = 22
     user: str = "root"
-    key_file: Path | None = None
-    known_hosts: Path | None = None
     vars: Mapping[str, Any] = field(default_factory=dict)
+    ssh: SshOptions = field(default_factory=SshOptions)
+
+    @property
+    def key_file(self) -> Path | None:
+        """The first identity file the inventory names (``ansible_ssh_private_key_file`` or ``-i``)."""
+        return self.ssh.identity_files[0] if self.ssh.identity_files else None
+
+    @property
+    def known_hosts(self) -> Path | None:
+        """The first ``UserKnownHostsFile`` the inventory names."""
+        return self.ssh.user_known_hosts[0] if self.ssh.user_known_hosts else None
 
     @property
     def expected_gpu_count(self) -> int | None:
@@ -45,15 +56,47 @@ class Host:
         return str(value) if value else None
 
 
-def _known_hosts(hostvars: Mapping[str, Any]) -> Path | None:
-    if hostvars.get("lab_known_hosts"):
-        return Path(str(hostvars["lab_known_hosts"]))
-    args = str(hostvars.get("ansible_ssh_common_args", "")) + " " + str(hostvars.get("ansible_ssh_extra_args", ""))
-    for token in shlex.split(args):
-        m = re.match(r"(?i)UserKnownHostsFile=(\S+)", token)
-        if m:
-            return Path(os.path.expanduser(m.group(1)))
-    return None
+_SSH_OPTIONS = ("host", "port", "remote_user", "private_key_file", "ssh_args", "ssh_common_args", "ssh_extra_args")
+_plugins_ready = False
+
+
+def _ssh_plugin() -> Any:
+    """Ansible's own ``ssh`` connection plugin: it resolves each host's options (vars > env > ansible.cfg)."""
+    global _plugins_ready
+    from ansible.playbook.play_context import PlayContext
+    from ansible.plugins.loader import connection_loader, init_plugin_loader
+
+    if not _plugins_ready:
+        init_plugin_loader()
+        _plugins_ready = True
+    plugin = connection_loader.get("ansible.builtin.ssh", PlayContext(), None)
+    if plugin is None:
+        raise InventoryError("Ansible's ssh connection plugin cannot be loaded: reinstall ansible-core (./run setup)")
+    return plugin
+
+
+def _connection_options(plugin: Any, loader: Any, name: str, hostvars: Mapping[str, Any]) -> dict[str, Any]:
+    """The ssh plugin's options for one host, its Jinja templates rendered as Ansible renders them."""
+    from ansible.template import Templar
+
+    templar = None
+    var_options: dict[str, Any] = {}
+    for key, value in hostvars.items():
+        if not (key.startswith("ansible_") or key == "inventory_hostname"):
+            continue
+        if not (isinstance(value, str) and ("{{" in value or "{%" in value)):
+            var_options[key] = value
+            continue
+        templar = templar or Templar(loader=loader, variables=dict(hostvars))
+        try:
+            var_options[key] = templar.template(value)
+        except Exception as exc:  # AnsibleUndefinedVariable and friends
+            raise InventoryError(f"host {name}: {key} cannot be rendered: {exc}") from None
+    try:
+        plugin.set_options(var_options=var_options)
+        return {key: plugin.get_option(key) for key in _SSH_OPTIONS}
+    except Exception as exc:
+        raise InventoryError(f"host {name}: Ansible's ssh connection options are not usable: {exc}") from None
 
 
 def load(inventory: str | Path, group: str = "all", limit: str | Sequence[str] | None = None) -> list[Host]:
@@ -78,6 +121,7 @@ def load(inventory: str | Path, group: str = "all", limit: str | Sequence[str] |
             f"group {group!r} is not in inventory {inventory}; groups there: {', '.join(sorted(manager.groups))}"
         )
     variables = VariableManager(loader=loader, inventory=manager)
+    plugin = _ssh_plugin()
     hosts = sorted(manager.groups[group].get_hosts(), key=lambda h: _natural(h.name))
     if limit:
         patterns = [p.strip() for p in (limit.split(",") if isinstance(limit, str) else limit) if p.strip()]
@@ -89,16 +133,25 @@ def load(inventory: str | Path, group: str = "all", limit: str | Sequence[str] |
     out = []
     for h in hosts:
         hv = variables.get_vars(host=h, include_hostvars=False)
-        key = hv.get("ansible_ssh_private_key_file") or hv.get("ansible_private_key_file")
+        opts = _connection_options(plugin, loader, h.name, hv)
+        target = ssh_target(
+            host=str(opts["host"] or h.name),
+            port=int(opts["port"]) if opts["port"] not in (None, "") else None,
+            user=str(opts["remote_user"]) if opts["remote_user"] else None,
+            private_key_file=str(opts["private_key_file"]) if opts["private_key_file"] else None,
+            ssh_args=str(opts["ssh_args"] or ""),
+            common_args=str(opts["ssh_common_args"] or ""),
+            extra_args=str(opts["ssh_extra_args"] or ""),
+            where=f"host {h.name}",
+        )
         out.append(
             Host(
                 name=h.name,
-                address=str(hv.get("ansible_host") or h.name),
-                port=int(hv.get("ansible_port") or 22),
-                user=str(hv.get("ansible_user") or "root"),
-                key_file=Path(os.path.expanduser(str(key))) if key else None,
-                known_hosts=_known_hosts(hv),
+                address=target.host,
+                port=target.port,
+                user=target.user,
                 vars={k: v for k, v in hv.items() if not k.startswith("ansible_") or k == "ansible_host"},
+                ssh=target.options,
             )
         )
     return out

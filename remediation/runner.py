@@ -5,6 +5,14 @@ an idle timeout, ``ident`` = the run id, ``quiet=True``, an allowlist of environ
 Ansible, ``--check``/``--diff``/``--limit``/``--tags`` through the runner's own arguments. Events are turned
 into per-host outcomes as they arrive (cheap handler); ``stats['dark']`` (unreachable) is reported apart
 from failed.
+
+The environment Ansible sees is exactly: the names in ``ENV_ALLOWLIST``, every ``ANSIBLE_*`` variable (vault
+password files and identity lists, callbacks, SSH settings: what an Ansible user sets), and the values this
+wrapper forces (``FORCED_ENV``). ansible-runner itself starts from a copy of the whole process environment,
+so the wrapper filters the runner's prepared environment before the run: a cloud secret or a passphrase file
+name in the controller's environment never reaches a playbook. Host key checking is forced on: ansible-runner
+turns it off unless told otherwise, which would let Ansible trust (and record) any key a host shows. Kept
+artifacts never carry environment values (``command`` keeps the names only).
 """
 
 from __future__ import annotations
@@ -24,7 +32,14 @@ from typing import Any
 from .errors import RunnerError
 
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
-ENV_ALLOWLIST = ("LANG", "LC_ALL", "TERM", "TZ", "SSH_AUTH_SOCK", "HTTP_PROXY", "HTTPS_PROXY", "NO_PROXY")
+ENV_ALLOWLIST = (
+    "HOME", "USER", "LOGNAME", "LANG", "LC_ALL", "TERM", "TZ", "SSH_AUTH_SOCK", "HTTP_PROXY", "HTTPS_PROXY", "NO_PROXY",
+)
+ENV_PREFIXES = ("ANSIBLE_",)
+# Set by this wrapper whatever the environment says (the run's own config, home and temp dir; host keys checked).
+FORCED_ENV = ("PATH", "ANSIBLE_CONFIG", "ANSIBLE_FORCE_COLOR", "ANSIBLE_HOST_KEY_CHECKING", "ANSIBLE_HOME",
+              "ANSIBLE_LOCAL_TEMP")
+REDACTED = "<redacted>"
 
 
 class HostState(StrEnum):
@@ -130,14 +145,37 @@ class _Collector:
 
 
 def _env() -> dict[str, str]:
-    env = {k: os.environ[k] for k in ENV_ALLOWLIST if k in os.environ}
+    env = {k: v for k, v in os.environ.items() if k in ENV_ALLOWLIST or k.startswith(ENV_PREFIXES)}
     venv_bin = str(Path(sys.executable).parent)
     env["PATH"] = os.pathsep.join(
         [venv_bin, "/usr/local/sbin", "/usr/local/bin", "/usr/sbin", "/usr/bin", "/sbin", "/bin"]
     )
     env["ANSIBLE_CONFIG"] = str(PROJECT_ROOT / "ansible.cfg")
     env["ANSIBLE_FORCE_COLOR"] = "0"
+    env["ANSIBLE_HOST_KEY_CHECKING"] = "True"
     return env
+
+
+def _runner_env(prepared: Mapping[str, str], ours: Mapping[str, str]) -> dict[str, str]:
+    """ansible-runner's prepared environment without what it copied from ours but the allowlist does not pass:
+    what we gave it, plus what the runner set or changed itself (its callback plugin, artifact dir, ...)."""
+    return {
+        k: v
+        for k, v in prepared.items()
+        if k in ours or k not in os.environ or os.environ[k] != v
+    }
+
+
+def _scrub_artifacts(run_dir: Path) -> None:
+    """Kept artifacts keep the names of the environment's variables, not their values."""
+    import json
+
+    command = run_dir / "command"
+    with contextlib.suppress(OSError, ValueError):
+        doc = json.loads(command.read_text())
+        if isinstance(doc.get("env"), dict):
+            doc["env"] = {k: REDACTED for k in sorted(doc["env"])}
+        command.write_text(json.dumps(doc))
 
 
 def run_playbook(
@@ -155,7 +193,7 @@ def run_playbook(
     keep_artifacts: Path | None = None,
 ) -> PlaybookResult:
     """Run one playbook; every host targeted is in the result (ok, changed, failed, unreachable, skipped)."""
-    import ansible_runner
+    import ansible_runner.interface
 
     playbook = Path(playbook)
     if not playbook.is_absolute():
@@ -177,7 +215,7 @@ def run_playbook(
         cmdline.append("--diff")
     collector = _Collector()
     try:
-        runner = ansible_runner.run(
+        runner = ansible_runner.interface.init_runner(
             private_data_dir=str(private),
             ident=run_id,
             playbook=str(playbook),
@@ -193,6 +231,8 @@ def run_playbook(
             settings={"job_timeout": job_timeout, "idle_timeout": idle_timeout, "suppress_ansible_output": True},
             project_dir=str(PROJECT_ROOT),
         )
+        runner.config.env = _runner_env(runner.config.env, env)
+        runner.run()
         stats = runner.stats or {}
         tail = ""
         with contextlib.suppress(OSError, ValueError):
@@ -219,7 +259,8 @@ def run_playbook(
             raise RunnerError(f"playbook {playbook.name} timed out (job {job_timeout} s / idle {idle_timeout} s)")
         return PlaybookResult(run_id, int(runner.rc or 0), str(runner.status), hosts, tail)
     finally:
-        if keep_artifacts is not None:
+        if keep_artifacts is not None and (private / "artifacts" / run_id).is_dir():
             keep_artifacts.mkdir(parents=True, exist_ok=True)
+            _scrub_artifacts(private / "artifacts" / run_id)
             shutil.copytree(private / "artifacts", keep_artifacts / run_id, dirs_exist_ok=True)
         shutil.rmtree(private, ignore_errors=True)

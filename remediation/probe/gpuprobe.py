@@ -1691,26 +1691,46 @@ def render_prometheus(doc, host=None):
     return "\n".join(lines) + "\n"
 
 
-def write_atomic(path, text, mode=0o644):
-    # type: (str, str, int) -> None
+# Output file modes. The facts JSON holds kernel log lines (NVRM/Xid), which dmesg_restrict keeps from
+# unprivileged users: the file is root's alone, in a directory of its own. The textfile must stay readable by
+# node_exporter (often not root) and never carries kernel log text (render_textfile drops that section).
+FACTS_FILE_MODE = 0o600
+FACTS_DIR_MODE = 0o700
+TEXTFILE_MODE = 0o644
+TEXTFILE_DIR_MODE = 0o755
+
+
+def write_atomic(path, text, mode=TEXTFILE_MODE, dir_mode=TEXTFILE_DIR_MODE):
+    # type: (str, str, int, int) -> None
     """Write ``text`` to ``path`` through a temporary file in the same directory and a rename, so readers
     (node_exporter, the controller) see the old file or the new one, never half of one.  The temporary
-    name ends in ``.tmp``: node_exporter's textfile collector reads ``*.prom`` only."""
+    name ends in ``.tmp``: node_exporter's textfile collector reads ``*.prom`` only.
+
+    ``mode`` is set on the temporary file before any byte is written (``mkstemp`` creates it 0600), so the text
+    is never readable by more than ``mode`` allows, whatever the umask.  A missing directory is created with
+    ``dir_mode``; an existing one is left as it is (the role sets its mode)."""
     directory = os.path.dirname(os.path.abspath(path))
     if not os.path.isdir(directory):
-        os.makedirs(directory, 0o755)
+        os.makedirs(directory, dir_mode)
+        os.chmod(directory, dir_mode)  # makedirs' mode goes through the umask
     fd, tmp = tempfile.mkstemp(dir=directory, prefix="." + os.path.basename(path) + ".", suffix=".tmp")
     try:
+        os.fchmod(fd, mode)
         with os.fdopen(fd, "w", encoding="utf-8") as handle:
             handle.write(text)
             handle.flush()
-            os.fchmod(handle.fileno(), mode)
             os.fsync(handle.fileno())
         os.rename(tmp, path)
     except BaseException:
         with contextlib.suppress(OSError):
             os.unlink(tmp)
         raise
+
+
+def render_textfile(doc, host=None):
+    # type: (Dict[str, Any], Optional[str]) -> str
+    """The node_exporter textfile: :func:`render_prometheus` of the document without its kernel log lines."""
+    return render_prometheus(dict((k, v) for k, v in doc.items() if k != "kernel_log"), host)
 
 
 def build_arg_parser():
@@ -1728,10 +1748,12 @@ def build_arg_parser():
     parser.add_argument("--command-timeout", type=float, default=COMMAND_TIMEOUT_S, help="seconds for apt-config/dmesg")
     parser.add_argument("--indent", type=int, default=None, help="pretty-print the JSON")
     parser.add_argument(
-        "--json-out", default=None, metavar="PATH", help="write the facts JSON to PATH (atomically, mode 0644)"
+        "--json-out", default=None, metavar="PATH",
+        help="write the facts JSON to PATH (atomically, mode 0600: it holds kernel log lines)"
     )
     parser.add_argument(
-        "--prom-out", default=None, metavar="PATH", help="write a Prometheus textfile to PATH (atomically, mode 0644)"
+        "--prom-out", default=None, metavar="PATH",
+        help="write a Prometheus textfile to PATH (atomically, mode 0644, no kernel log text)"
     )
     parser.add_argument(
         "--host-label", default=None, help="value of the metrics' host label (default: the host name)"
@@ -1767,14 +1789,14 @@ def main(argv=None):
         return 0
     # Output files (the timer's mode): nothing on stdout; a file that cannot be written is exit status 1.
     status = 0
-    outputs = []  # type: List[Tuple[str, Callable[[], str]]]
+    outputs = []  # type: List[Tuple[str, Callable[[], str], int, int]]
     if args.json_out:
-        outputs.append((args.json_out, lambda: text))
+        outputs.append((args.json_out, lambda: text, FACTS_FILE_MODE, FACTS_DIR_MODE))
     if args.prom_out:
-        outputs.append((args.prom_out, lambda: render_prometheus(doc, args.host_label)))
-    for path, render in outputs:
+        outputs.append((args.prom_out, lambda: render_textfile(doc, args.host_label), TEXTFILE_MODE, TEXTFILE_DIR_MODE))
+    for path, render, mode, dir_mode in outputs:
         try:
-            write_atomic(path, render())
+            write_atomic(path, render(), mode, dir_mode)
         except Exception as exc:
             sys.stderr.write("gpuprobe: cannot write %s: %s: %s\n" % (path, type(exc).__name__, exc))
             status = 1

@@ -111,7 +111,7 @@ def test_unknown_host_key_makes_a_host_unreachable_not_trusted(fleet, tmp_path: 
     empty.write_text("")
     from dataclasses import replace
 
-    result = run_audit([replace(hosts[0], known_hosts=empty)], AuditOptions())
+    result = run_audit([replace(hosts[0], ssh=replace(hosts[0].ssh, user_known_hosts=(empty,)))], AuditOptions())
     audit = result.host("gpu-1")
     assert audit.status is Status.UNREACHABLE
     assert "known_hosts" in (audit.error or "")

@@ -112,8 +112,17 @@ def test_cron_line_is_what_cron_runs_and_running_it_writes_facts_and_metrics(
     after = json.loads(remote(lab, host, f"cat {FACTS}"))
     assert after["collected_at"] > before["collected_at"]
     assert after["hostname"] == host and after["nvml"]["ok"] is True and after["nvml"]["device_count"] == 2
-    assert remote(lab, host, f"stat -c %a {FACTS} {PROM}").split() == ["644", "644"]
+    # The facts hold kernel log lines: root's only (file 0600, directory 0700); the textfile stays world-readable
+    # for node_exporter and holds none of them.
+    assert remote(lab, host, f"stat -c '%a %U' {FACTS} {Path(FACTS).parent} {PROM}").splitlines() == [
+        "600 root", "700 root", "644 root"]
+    assert after["kernel_log"]["lines"], "a lab host's kernel log has NVRM lines at boot"
     prom = remote(lab, host, f"cat {PROM}")
+    assert not [line for line in after["kernel_log"]["lines"] if line in prom] and "NVRM" not in prom
+    nobody = "setpriv --reuid=65534 --regid=65534 --clear-groups"
+    denied = ssh(lab, host, f"{nobody} cat {FACTS}")
+    assert denied.returncode != 0 and "Permission denied" in denied.stderr
+    assert remote(lab, host, f"{nobody} cat {PROM}") == prom
     assert f'gpufleet_nvml_ok{{host="{host}"}} 1' in prom.splitlines()
     parsed = metrics(prom)
     assert parsed[("gpufleet_gpu_count", (("host", host),))] == 2

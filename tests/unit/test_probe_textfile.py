@@ -208,9 +208,50 @@ def test_cli_writes_both_files_and_nothing_on_stdout(tmp_path: Path) -> None:
     parsed = samples(prom.read_text())
     assert value(parsed, "gpufleet_nvml_ok", host="gpu-9") == 0
     assert value(parsed, "gpufleet_nvml_error", host="gpu-9", error_class="other") == 1
-    for path in (facts, prom):
-        assert stat.S_IMODE(path.stat().st_mode) == 0o644
+    for path, mode, dir_mode in ((facts, 0o600, 0o700), (prom, 0o644, 0o755)):
+        assert stat.S_IMODE(path.stat().st_mode) == mode, path
+        assert stat.S_IMODE(path.parent.stat().st_mode) == dir_mode, path.parent  # created by the probe
         assert sorted(p.name for p in path.parent.iterdir()) == [path.name]
+
+
+def test_cli_facts_file_is_private_whatever_the_umask_and_replaces_a_world_readable_one(tmp_path: Path) -> None:
+    facts = tmp_path / "facts.json"
+    facts.write_text("{}")
+    facts.chmod(0o644)  # what earlier probes left on hosts
+    old_umask = os.umask(0)
+    try:
+        proc = run_probe(tmp_path, "--json-out", str(facts))
+    finally:
+        os.umask(old_umask)
+    assert proc.returncode == 0, proc.stderr
+    assert stat.S_IMODE(facts.stat().st_mode) == 0o600
+    assert json.loads(facts.read_text())["schema"] == gpuprobe.SCHEMA
+
+
+def test_write_atomic_sets_the_mode_before_the_content_lands(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    seen: list[int] = []
+    real_fdopen = os.fdopen
+
+    def spy(fd: int, *args: object, **kwargs: object):  # type: ignore[no-untyped-def]
+        seen.append(stat.S_IMODE(os.fstat(fd).st_mode))  # before the first byte is written
+        return real_fdopen(fd, *args, **kwargs)  # type: ignore[call-overload]
+
+    monkeypatch.setattr(gpuprobe.os, "fdopen", spy)
+    gpuprobe.write_atomic(str(tmp_path / "new" / "facts.json"), "kernel: NVRM: Xid\n", 0o600, 0o700)
+    assert seen == [0o600]
+    assert stat.S_IMODE((tmp_path / "new").stat().st_mode) == 0o700
+
+
+def test_textfile_carries_no_kernel_log_text() -> None:
+    doc = {
+        "schema": gpuprobe.SCHEMA, "hostname": "h", "collected_at": "2026-12-02T08:00:00Z",
+        "nvml": {"ok": False, "error_class": "driver_not_loaded", "gpus": []},
+        "kernel_log": {"source": "dmesg", "truncated": 0, "error": None,
+                       "lines": ["[  5.1] NVRM: Xid (PCI:0000:00:1e): 79, pid=1234, name=python3, GPU has fallen off"]},
+    }
+    text = gpuprobe.render_textfile(doc, "gpu-1")
+    assert "NVRM" not in text and "Xid" not in text and "python3" not in text and "fallen" not in text
+    assert 'gpufleet_nvml_ok{host="gpu-1"} 0' in text.splitlines()
 
 
 def test_cli_without_output_files_keeps_printing_json(tmp_path: Path) -> None:
