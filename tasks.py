@@ -9,17 +9,20 @@ from __future__ import annotations
 
 from invoke import Collection
 
-from commands import audit, demo, driver, harden, lab
+from commands import audit, demo, driver, harden, lab, train
 from remediation.config import AuditSettings, RestoreSettings, defaults
+from remediation.train.settings import TrainSettings
 
 ns = Collection(demo.demo, audit.diagnose)
 ns.add_collection(audit.ns)
 ns.add_collection(harden.ns)
 ns.add_collection(driver.ns)
 ns.add_collection(lab.ns)
+ns.add_collection(train.ns)
 ns.configure(
     {
         "audit": defaults(AuditSettings),
         "driver_restore": defaults(RestoreSettings),
+        "train": defaults(TrainSettings),
     }
 )

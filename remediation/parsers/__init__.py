@@ -96,7 +96,7 @@ _DKMS_MARKERS = (
 KINDS: dict[str, KindSpec] = {}
 
 #: Modules that register more kinds when imported, one per area (``remediation.<area>.<module>``).
-PLUGIN_MODULES: tuple[str, ...] = ()
+PLUGIN_MODULES: tuple[str, ...] = ("remediation.train.kind",)
 _plugins_loaded = False
 
 
