@@ -72,9 +72,9 @@ class ModelSpec:
     max_positions: int
     tied_embeddings: bool
     layer_linears: tuple[Linear, ...]
-    layer_norm_params: int  # norm weights (and biases) of one layer
+    layer_norm_tensors: tuple[int, ...]  # sizes of one layer's norm weights (and biases)
     embedding_params: int  # token embeddings, plus learned position embeddings where the model has them
-    final_norm_params: int
+    final_norm_tensors: tuple[int, ...]
     default_lora_targets: tuple[str, ...]
     source: str = "built-in"  # built-in | config FILE | --params N
     dropout: float = 0.0  # activation dropout in the layer (GPT-2: 0.1)
@@ -83,6 +83,14 @@ class ModelSpec:
     def head_params(self) -> int:
         """The output head's own parameters (0 when it is tied to the input embeddings)."""
         return 0 if self.tied_embeddings else self.vocab * self.hidden
+
+    @property
+    def layer_norm_params(self) -> int:
+        return sum(self.layer_norm_tensors)
+
+    @property
+    def final_norm_params(self) -> int:
+        return sum(self.final_norm_tensors)
 
     @property
     def layer_params(self) -> int:
@@ -110,15 +118,13 @@ class ModelSpec:
             per_layer.append(m.in_features * m.out_features)
             if m.bias:
                 per_layer.append(m.out_features)
-        norms = _norm_tensors(self)
         sizes = [self.vocab * self.hidden]
-        if self.embedding_params > self.vocab * self.hidden:
-            sizes.append(self.embedding_params - self.vocab * self.hidden)
+        if self.embedding_params != self.vocab * self.hidden:
+            sizes.append(self.embedding_params - self.vocab * self.hidden)  # learned positions (or --params' rest)
         for _ in range(self.layers):
             sizes.extend(per_layer)
-            sizes.extend(norms)
-        if self.final_norm_params:
-            sizes.extend(_split_norm(self.final_norm_params, self.hidden))
+            sizes.extend(self.layer_norm_tensors)
+        sizes.extend(self.final_norm_tensors)
         if not self.tied_embeddings:
             sizes.append(self.vocab * self.hidden)
         return tuple(sizes)
@@ -142,14 +148,6 @@ class ModelSpec:
                 )
             chosen.extend(m for m in hits if m not in chosen)
         return tuple(chosen)
-
-
-def _split_norm(params: int, hidden: int) -> list[int]:
-    return [hidden] * max(1, params // hidden) if params % hidden == 0 else [params]
-
-
-def _norm_tensors(spec: ModelSpec) -> list[int]:
-    return _split_norm(spec.layer_norm_params, spec.hidden) if spec.layer_norm_params else []
 
 
 def lora_params(spec: ModelSpec, r: int, targets: Sequence[str]) -> int:
@@ -217,9 +215,9 @@ def gated(
         max_positions=max_positions,
         tied_embeddings=tied,
         layer_linears=linears,
-        layer_norm_params=norms_per_layer * hidden + (2 * hd if qk_norm else 0),
+        layer_norm_tensors=(hidden,) * norms_per_layer + ((hd, hd) if qk_norm else ()),
         embedding_params=vocab * hidden,
-        final_norm_params=hidden,
+        final_norm_tensors=(hidden,),
         default_lora_targets=default,
         source=source,
     )
@@ -267,9 +265,9 @@ def falcon(
         max_positions=max_positions,
         tied_embeddings=tied,
         layer_linears=linears,
-        layer_norm_params=layer_norms * 2 * hidden,
+        layer_norm_tensors=(hidden,) * (2 * layer_norms),
         embedding_params=vocab * hidden,
-        final_norm_params=2 * hidden,
+        final_norm_tensors=(hidden, hidden),
         default_lora_targets=("query_key_value",),
         source=source,
     )
@@ -308,9 +306,9 @@ def gpt2(
         max_positions=max_positions,
         tied_embeddings=True,
         layer_linears=linears,
-        layer_norm_params=4 * hidden,
+        layer_norm_tensors=(hidden,) * 4,
         embedding_params=vocab * hidden + max_positions * hidden,
-        final_norm_params=2 * hidden,
+        final_norm_tensors=(hidden, hidden),
         default_lora_targets=("c_attn",),
         source=source,
         dropout=dropout,

@@ -336,8 +336,8 @@ def plan(p: PlanInput) -> Plan:
         grads = total * reg.grad
         states = _state_bytes(p.optimizer, reg.state, tensors) + total * reg.master
         step_tmp = total * reg.state if p.optimizer == "adamw" and not p.fused_optimizer else 0
-        if reg.master and not p.fused_optimizer:
-            step_tmp += total * 4  # fp32 gradients for the master step
+        if reg.master:
+            step_tmp += total * 4  # fp32 gradients for the master step (DeepSpeed's 20 bytes per parameter)
         autocast = spec.linear_params * reg.autocast_copy + (spec.vocab * spec.hidden * reg.autocast_copy)
         head_grad = spec.vocab * spec.hidden * reg.grad
         dequant = 0
