@@ -64,7 +64,9 @@ ALL = ("all-linear",)
         ("GPT-2", 8, ("c_attn",), 294_912, None),
     ],
 )
-def test_lora_counts_by_formula(model: str, r: int, targets: tuple[str, ...], trainable: int, total: int | None) -> None:
+def test_lora_counts_by_formula(
+    model: str, r: int, targets: tuple[str, ...], trainable: int, total: int | None
+) -> None:
     spec = builtin(model)
     assert lora_params(spec, r, targets) == trainable
     if total is not None:
@@ -84,7 +86,7 @@ def test_names_and_errors() -> None:
     assert builtin("microsoft/Phi-3-mini-4k-instruct").name == "Phi-3-mini"
     with pytest.raises(TrainError, match="built-in table"):
         builtin("llama-9")
-    with pytest.raises(TrainError, match="matches no module.*q_proj"):
+    with pytest.raises(TrainError, match=r"matches no module.*q_proj"):
         lora_params(builtin("Llama-2-7b"), 16, ("qkv_proj",))
     with pytest.raises(TrainError, match="not supported"):
         spec_from_config({"model_type": "t5", "d_model": 512})
@@ -108,7 +110,7 @@ def test_config_pitfalls() -> None:
                              "num_attention_heads": 32, "num_key_value_heads": 32, "intermediate_size": 8192,
                              "vocab_size": 32064, "tie_word_embeddings": False})
     assert phi3.params == PARAMS["Phi-3-mini"]
-    assert [m.name for m in phi3.layer_linears][0] == "self_attn.qkv_proj"
+    assert next(m.name for m in phi3.layer_linears) == "self_attn.qkv_proj"
     qwen = spec_from_config({"model_type": "qwen2", "hidden_size": 3584, "num_hidden_layers": 28,
                              "num_attention_heads": 28, "num_key_value_heads": 4, "intermediate_size": 18944,
                              "vocab_size": 152064, "tie_word_embeddings": False})

@@ -148,7 +148,7 @@ def test_fragmentation_finding() -> None:
                               alloc="77.42 GiB", unalloc="20.00 MiB")
     assert "TRAIN-OOM-002" not in _ids(tight)
     hip = text.replace("CUDA out", "HIP out").replace("PYTORCH_CUDA", "PYTORCH_HIP")
-    frag = [f for f in oom.findings(oom.parse(hip)) if f.id == "TRAIN-OOM-002"][0]
+    frag = next(f for f in oom.findings(oom.parse(hip)) if f.id == "TRAIN-OOM-002")
     assert "PYTORCH_HIP_ALLOC_CONF=expandable_segments:True" in frag.summary
 
 
@@ -183,11 +183,11 @@ def test_plan_findings() -> None:
     # the runbook's job: LoRA on 7B, batch 8, long sequences: activations
     acts = diagnose_oom(runbook, TrainSettings(), JobFlags(model="Llama-2-7b", method="lora", batch=8,
                                                            seq_len=8192))
-    finding = [f for f in acts.findings if f.id == "TRAIN-OOM-004"][0]
+    finding = next(f for f in acts.findings if f.id == "TRAIN-OOM-004")
     assert "does not fit" in finding.summary and "gradient_accumulation_steps" in finding.summary
     # planned for short sequences that fit: the OOM means longer ones came
     short = diagnose_oom(runbook, TrainSettings(), JobFlags(model="Llama-2-7b", method="lora", batch=2, seq_len=512))
-    finding = [f for f in short.findings if f.id == "TRAIN-OOM-004"][0]
+    finding = next(f for f in short.findings if f.id == "TRAIN-OOM-004")
     assert "longer sequences than 512" in finding.summary
 
 
