@@ -7,6 +7,7 @@ through the real pynvml. The ``memory-full`` fault must show in the CSV; a host 
 from __future__ import annotations
 
 import io
+import itertools
 import subprocess
 from collections.abc import Iterator
 from pathlib import Path
@@ -55,7 +56,7 @@ def test_samples_in_chunks_keep_their_spacing(lab: Any) -> None:
     assert all(r.memory_total_mib and r.memory_used_mib is not None and r.memory_free_mib is not None for r in first)
     assert all(r.memory_used_mib + r.memory_free_mib == r.memory_total_mib for r in first)  # type: ignore[operator]
     times = [r.epoch for r in first]
-    gaps = [b - a for a, b in zip(times, times[1:], strict=False)]
+    gaps = [b - a for a, b in itertools.pairwise(times)]
     assert all(0.4 < g < 0.75 for g in gaps), gaps  # across the SSH round trip between chunks too
 
 
