@@ -48,7 +48,7 @@ class Scene:
 
 
 #: Scene modules in the order the demo plays them.
-SCENE_MODULES: tuple[str, ...] = ("demo.s1_driver",)
+SCENE_MODULES: tuple[str, ...] = ("demo.s1_driver", "demo.train")
 
 
 def scenes() -> list[Scene]:

@@ -53,11 +53,11 @@ _UNIT = {"bytes": 1, "byte": 1, "b": 1, "kib": 1024, "mib": MiB, "gib": GiB, "ti
 _SIZE = r"([0-9][0-9,]*(?:\.[0-9]+)?)\s*(bytes?|[KMGT]i?B|B)\b"
 _SIZE_RE = re.compile(_SIZE, re.I)
 
-_HEAD = re.compile(r"(CUDA|HIP) out of memory", re.I)
+_HEAD = re.compile(r"(CUDA|HIP|XPU) out of memory", re.I)
 _TRIED = re.compile(r"Tried to allocate\s+" + _SIZE, re.I)
-_PAREN = re.compile(r"\(\s*GPU\s+([0-9]+)\s*;([^()]*?)(?:\)|(?=\s+If reserved)|(?=\s+See documentation)|$)", re.I)
+_PAREN = re.compile(r"\(\s*GPU\s*([0-9]+)\s*;([^()]*?)(?:\)|(?=\s+If reserved)|(?=\s+See documentation)|$)", re.I)
 _CAPACITY = re.compile(
-    r"GPU\s+([0-9]+)\s+has a total capac(?:i)?ty of\s+" + _SIZE + r"\s+of which\s+" + _SIZE + r"\s+(?:is\s+)?free",
+    r"GPU\s*([0-9]+)\s+has a total capac(?:i)?ty of\s+" + _SIZE + r"(?:\s+of which\s+" + _SIZE + r"\s+(?:is\s+)?free)?",
     re.I,
 )
 _THIS_PROCESS = re.compile(r"this process has\s+" + _SIZE + r"\s+memory in use", re.I)
@@ -66,7 +66,7 @@ _ALLOCATED = re.compile(r"Of the allocated memory\s+" + _SIZE + r"\s+is allocate
 _UNALLOCATED = re.compile(_SIZE + r"\s+is reserved by PyTorch but unallocated", re.I)
 _PRIVATE = re.compile(r"with\s+" + _SIZE + r"\s+allocated in private pools", re.I)
 _ALLOWED = re.compile(_SIZE + r"\s+allowed", re.I)
-_CUDA_ERROR = re.compile(r"(CUDA|HIP) error:\s*out of memory", re.I)
+_CUDA_ERROR = re.compile(r"(?:(CUDA|HIP) error:\s*|cuda runtime error \(2\)\s*:\s*)out of memory", re.I)
 _STEP = re.compile(
     r"(?:\b(?:global[_ ]?)?step\b\s*[:=#]?\s*|\biter(?:ation)?\s*[:=#]?\s*|\|\s*)([0-9]{1,9})(?:\s*/\s*[0-9]+)?", re.I
 )
@@ -85,7 +85,7 @@ def _bytes(number: str, unit: str) -> int | None:
 
 
 def _size(match: re.Match[str] | None, group: int = 1) -> int | None:
-    if match is None:
+    if match is None or match.group(group) is None:
         return None
     return _bytes(match.group(group), match.group(group + 1))
 
@@ -152,8 +152,12 @@ def score(text: str) -> int:
 def _starts(text: str) -> list[int]:
     """Where each message starts: its head (``CUDA out of memory``) or, for fragments, ``Tried to allocate``."""
     starts: list[int] = []
-    for m in re.finditer(r"(?:CUDA|HIP) out of memory|Tried to allocate|(?:CUDA|HIP) error:\s*out of memory", text,
-                         re.I):
+    for m in re.finditer(
+        r"(?:CUDA|HIP|XPU) out of memory|Tried to allocate|(?:CUDA|HIP) error:\s*out of memory"
+        r"|cuda runtime error \(2\)\s*:\s*out of memory",
+        text,
+        re.I,
+    ):
         if m.group(0).lower().startswith("tried") and starts and _between_is_head(text, starts[-1], m.start()):
             continue  # the "Tried to allocate" of a message whose head was already seen
         starts.append(m.start())
@@ -180,7 +184,8 @@ def _parse(text: str) -> OomReport:
         end = starts[i + 1] if i + 1 < len(starts) else len(flat)
         body = flat[start:end]
         head = flat[max(0, start - 40) : start + 20]
-        backend = "HIP" if re.search(r"HIP (?:out of memory|error)", head + body[:40], re.I) else "CUDA"
+        named = re.search(r"(HIP|XPU) (?:out of memory|error)", head + body[:40], re.I)
+        backend = named.group(1).upper() if named else "CUDA"
         if "HIP_ALLOC_CONF" in body:
             backend = "HIP"
         step = None
@@ -228,7 +233,8 @@ def _items(body: str) -> dict[str, int | None]:
     """``10.91 GiB total capacity; 9.18 GiB already allocated; ...`` -> {label: bytes}."""
     out: dict[str, int | None] = {}
     for part in body.split(";"):
-        m = re.match(r"\s*" + _SIZE + r"\s+(.*?)\s*$", part, re.I)
+        # the last size in the part and the words after it (a log prefix wrapped into the list is skipped)
+        m = re.search(_SIZE + r"\s+([A-Za-z][A-Za-z ]*?)\s*$", part, re.I)
         if m:
             label = re.sub(r"\s+", " ", m.group(3)).strip().lower()
             out[label] = _bytes(m.group(1), m.group(2))
@@ -392,9 +398,18 @@ def _plan_findings(m: OomMessage, plan: Plan, already_varying: bool) -> list[Fin
         f"peak {_fmt(plan.peak_bytes)}"
     )
     if plan.fits:
-        why = f"the plan fits ({detail}), so longer sequences than {plan.input.seq_len} tokens reached the GPU"
-    else:
-        why = f"the plan does not fit ({detail})"
+        ceiling = rec.max_seq_length_ceiling
+        longest = f"; up to {ceiling} tokens fit with these settings" if ceiling else ""
+        out.append(
+            make_finding(
+                "TRAIN-OOM-004",
+                f"activations: the plan fits ({detail}), so sequences longer than {plan.input.seq_len} tokens "
+                f"reached the GPU: set max_seq_length {plan.input.seq_len} and pad/truncate{longest}",
+                m.evidence,
+            )
+        )
+        return out
+    why = f"the plan does not fit ({detail})"
     fix = (
         f"max_seq_length {rec.max_seq_length}, per_device_train_batch_size {rec.per_device_train_batch_size}, "
         f"gradient_accumulation_steps {rec.gradient_accumulation_steps}"

@@ -520,12 +520,16 @@ def recommend(p: PlanInput) -> Recommendation:
         return result(p, max(b, p.batch), True)
 
     ladder: list[tuple[str, PlanInput]] = []
-    if not base.states_fit and p.method == "full":
-        steps.append("model states alone do not fit: batch and sequence settings cannot help")
+    floor = plan(replace(p, batch=1, grad_accum=1, seq_len=1, grad_checkpointing=True))
+    if not floor.comfortable:
+        steps.append(
+            f"{p.method} fine-tuning needs {floor.peak_bytes / 1e9:,.1f} GB with a single token per step (weights, "
+            "gradients, optimizer states and the step's temporaries): batch and sequence settings cannot help"
+        )
     else:
         ladder.append(("smaller per-device batch with gradient accumulation", p))
-    if not p.grad_checkpointing:
-        ladder.append(("gradient checkpointing", replace(p, grad_checkpointing=True)))
+        if not p.grad_checkpointing:
+            ladder.append(("gradient checkpointing", replace(p, grad_checkpointing=True)))
     if p.method == "full":
         lora = replace(p, method="lora", optimizer="adamw")
         ladder.append(("LoRA", lora))

@@ -1,4 +1,5 @@
-"""``train.monitor`` on lab hosts (127.0.39.N, 2 hosts of their own): NVML sampled over SSH to CSV.
+"""``train.monitor`` on lab hosts (127.0.39.N, 2 hosts of their own): NVML sampled over SSH to CSV; and the
+demo's S2 scene on the same lab.
 
 The sampler travels the audit's way (one SSH round trip per chunk, host keys verified) and reads the lab's NVML
 through the real pynvml. The ``memory-full`` fault must show in the CSV; a host that cannot be reached exits 3.
@@ -37,6 +38,20 @@ def lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
 
 def _host(lab: Any, name: str) -> Any:
     return next(h for h in load(lab.cfg.inventory_path, "gpu") if h.name == name)
+
+
+def test_demo_scene_shows_what_it_should(lab: Any) -> None:
+    from rich.console import Console
+
+    from demo import SceneContext
+    from demo.train import SCENE
+
+    out = io.StringIO()
+    ctx = SceneContext(console=Console(file=out, width=140), root=ROOT, lab=lab, hosts=2)
+    assert SCENE.run(ctx), out.getvalue()[-4000:]
+    text = out.getvalue()
+    assert "DOES NOT FIT" in text and "TRAIN-OOM-004" in text and "gradient_accumulation_steps=" in text
+    assert lab.faults("gpu-1") == []  # the scene cleared the host it broke
 
 
 def test_samples_in_chunks_keep_their_spacing(lab: Any) -> None:

@@ -106,6 +106,41 @@ def test_formats_are_told_apart() -> None:
     assert got["1.2"] == got["1.30"] == got["1.44"] == "D"
 
 
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        # PyTorch 0.4: the caching allocator's error, no numbers
+        ("RuntimeError: cuda runtime error (2) : out of memory at /pytorch/aten/src/THC/THCCachingAllocator.cpp:510",
+         {"format": "cuda-error", "requested_bytes": None}),
+        ("RuntimeError: CUDA error: out of memory\nCUDA kernel errors might be asynchronously reported",
+         {"format": "cuda-error", "gpu_index": None}),
+        # 1.x with a memory fraction set: "allowed" in the list
+        ("RuntimeError: CUDA out of memory. Tried to allocate 1.00 GiB (GPU 0; 7.80 GiB total capacity; 1.22 GiB "
+         "already allocated; 5.33 GiB free; 5.50 GiB allowed; 1.25 GiB reserved in total by PyTorch)",
+         {"format": "B", "free_bytes": round(5.33 * 1024**3), "reserved_bytes": round(1.25 * 1024**3)}),
+        # a log prefix on each wrapped line
+        ("[rank0]: RuntimeError: CUDA out of memory. Tried to allocate 2.00 GiB (GPU 3; 79.15 GiB total capacity;\n"
+         "[rank0]: 77.42 GiB already allocated; 1.08 GiB free; 78.50 GiB reserved in total by PyTorch)",
+         {"format": "B", "gpu_index": 3, "free_bytes": round(1.08 * 1024**3)}),
+        # newest: private pools (CUDA Graphs) and other processes listed
+        ("torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 1.00 GiB. GPU 2 has a total capacity of "
+         "79.15 GiB of which 512.00 MiB is free. Process 11 has 30.00 GiB memory in use. Including non-PyTorch "
+         "memory, this process has 48.00 GiB memory in use. Of the allocated memory 45.00 GiB is allocated by PyTorch, with 4.00 "
+         "GiB allocated in private pools (e.g., CUDA Graphs), and 2.00 GiB is reserved by PyTorch but unallocated.",
+         {"format": "D", "gpu_index": 2, "process_bytes": 48 * 1024**3, "reserved_bytes": 47 * 1024**3}),
+        # Intel GPUs: no "of which ... free"
+        ("torch.OutOfMemoryError: XPU out of memory. Tried to allocate 2.00 GiB. GPU 0 has a total capacity of 15.11 "
+         "GiB. Of the allocated memory 12.00 GiB is allocated by PyTorch, and 1.00 GiB is reserved by PyTorch but "
+         "unallocated.", {"format": "D", "free_bytes": None, "reserved_bytes": 13 * 1024**3}),
+    ],
+)
+def test_other_versions_of_the_grammar(text: str, expected: dict[str, object]) -> None:
+    facts = oom.facts(oom.parse(text))
+    for key, value in expected.items():
+        assert facts[key] == value, key
+    assert detect_kind(text) == "oom"
+
+
 def test_no_other_corpus_text_is_taken_for_oom() -> None:
     for section, texts in blocks().items():
         if not section.startswith("1."):
@@ -188,7 +223,7 @@ def test_plan_findings() -> None:
     # planned for short sequences that fit: the OOM means longer ones came
     short = diagnose_oom(runbook, TrainSettings(), JobFlags(model="Llama-2-7b", method="lora", batch=2, seq_len=512))
     finding = next(f for f in short.findings if f.id == "TRAIN-OOM-004")
-    assert "longer sequences than 512" in finding.summary
+    assert "sequences longer than 512 tokens" in finding.summary and "max_seq_length 512" in finding.summary
 
 
 def test_diagnose_oom_task(tmp_path: object) -> None:
