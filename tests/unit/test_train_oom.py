@@ -125,8 +125,9 @@ def test_formats_are_told_apart() -> None:
         # newest: private pools (CUDA Graphs) and other processes listed
         ("torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 1.00 GiB. GPU 2 has a total capacity of "
          "79.15 GiB of which 512.00 MiB is free. Process 11 has 30.00 GiB memory in use. Including non-PyTorch "
-         "memory, this process has 48.00 GiB memory in use. Of the allocated memory 45.00 GiB is allocated by PyTorch, with 4.00 "
-         "GiB allocated in private pools (e.g., CUDA Graphs), and 2.00 GiB is reserved by PyTorch but unallocated.",
+         "memory, this process has 48.00 GiB memory in use. Of the allocated memory 45.00 GiB is allocated by "
+         "PyTorch, with 4.00 GiB allocated in private pools (e.g., CUDA Graphs), and 2.00 GiB is reserved by "
+         "PyTorch but unallocated.",
          {"format": "D", "gpu_index": 2, "process_bytes": 48 * 1024**3, "reserved_bytes": 47 * 1024**3}),
         # Intel GPUs: no "of which ... free"
         ("torch.OutOfMemoryError: XPU out of memory. Tried to allocate 2.00 GiB. GPU 0 has a total capacity of 15.11 "
