@@ -18,8 +18,8 @@ Optimizer states per trainable parameter, ``s`` = the state dtype's bytes (the p
 (bitsandbytes) 2 bytes plus a fp32 absmax per 256-element block and state, and fp32 states (8 bytes) for tensors under
 4096 elements. torch keeps AdamW's ``step`` counters on the CPU: no GPU bytes. LoRA adapters are fp32 (peft upcasts
 them, ``autocast_adapter_dtype=True``): 4 + 4 bytes plus fp32 states, whatever the regime; the frozen base costs its
-weights only (QLoRA: NF4, 0.5 byte plus double-quantized constants per linear weight; embeddings, norms and head stay
-16-bit).
+weights only (QLoRA: NF4, 0.5 byte plus double-quantized constants per linear weight; embeddings, norms and head in
+fp32, as peft's ``prepare_model_for_kbit_training`` casts them).
 
 Activations: the tensors autograd saves for backward, counted per token and per layer for each block family
 (Korthikanti et al. 2022, redone for SwiGLU, RMSNorm, GQA and FlashAttention: no ``s^2`` term; a frozen module saves
@@ -139,8 +139,8 @@ class PlanInput:
     zero_stage: int = 0
     attention: str = "flash"
     fused_optimizer: bool = False  # torch's default AdamW is foreach: a copy of v during the step
-    cuda_context_bytes: int = GiB
-    allocator_overhead: float = 0.10
+    cuda_context_bytes: int = 768 * 1024**2
+    allocator_overhead: float = 0.08
     headroom: float = 0.05
 
     def checked(self) -> PlanInput:
@@ -345,11 +345,13 @@ def plan(p: PlanInput) -> Plan:
         trainable = lora_params(spec, p.lora_r, p.lora_targets)
         tensors = _lora_tensors(spec, p.lora_r, p.lora_targets)
         if p.method == "qlora":
-            frozen = int(spec.linear_params * NF4_BYTES) + (total - spec.linear_params) * 2
+            # peft's prepare_model_for_kbit_training (the QLoRA recipe) upcasts every parameter that is not 4-bit
+            # (embeddings, norms, head) to fp32
+            frozen = int(spec.linear_params * NF4_BYTES) + (total - spec.linear_params) * 4
             dequant = 2 * spec.largest_linear  # one weight dequantized to bf16 at a time
             notes.append(
                 "QLoRA: NF4 with double quantization for the layers' linear weights; embeddings, norms and head in "
-                "bf16 (peft's prepare_model_for_kbit_training upcasts them to fp32: +2 bytes each)"
+                "fp32, as peft's prepare_model_for_kbit_training leaves them"
             )
         else:
             frozen = total * reg.weight

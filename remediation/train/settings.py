@@ -13,8 +13,8 @@ class TrainSettings:
     gpu: str = "A100-80GB"  # the GPU planned for when neither --gpu, --gpu-memory nor --from-host is given
     regime: str = "bf16"
     optimizer: str = "adamw"
-    cuda_context_mib: int = 1024  # CUDA context, kernels and driver reserve outside PyTorch's allocator
-    allocator_overhead: float = 0.10  # reserved-but-unallocated share on top of the allocated peak
+    cuda_context_mib: int = 768  # CUDA context, kernels and driver reserve outside PyTorch's allocator
+    allocator_overhead: float = 0.08  # reserved-but-unallocated share on top of the allocated peak
     headroom: float = 0.05  # recommendations keep this share of the GPU free
     lora_r: int = 16
     lora_dropout: float = 0.05

@@ -105,6 +105,24 @@ def test_memory_full_fault_shows_in_the_csv(lab: Any, tmp_path: Path) -> None:
     assert len([r for r in parse_csv(csv_path.read_text()) if r.gpu == 0]) == 3
 
 
+def test_plan_reads_capacity_from_the_host(lab: Any) -> None:
+    """--from-host: the capacity is the audit's NVML memory total of that host's GPUs."""
+    import json
+
+    proc = subprocess.run(
+        [str(ROOT / ".venv" / "bin" / "invoke"), "train.plan", "--from-host", "gpu-1", "--inventory",
+         str(lab.cfg.inventory_path), "--model", "Llama-2-7b", "--method", "lora", "--format", "json"],
+        cwd=ROOT, capture_output=True, text=True, timeout=120, check=False,
+    )
+    assert proc.returncode == 0, proc.stderr
+    doc = json.loads(proc.stdout)
+    from remediation.skus import SIZES
+
+    assert doc["gpu"]["capacity_bytes"] == SIZES[lab.spec("gpu-1")["sku"]].gpu.memory_mib * 1024**2
+    assert doc["gpu"]["source"].startswith("gpu-1: ") and "NVML" in doc["gpu"]["source"]
+    assert doc["fits"] is True
+
+
 def test_unreachable_host_exits_3_and_bad_input_2(lab: Any) -> None:
     inject(lab, "gpu-2", "unreachable")
     base = [str(ROOT / ".venv" / "bin" / "invoke"), "train.monitor", "--inventory", str(lab.cfg.inventory_path)]
