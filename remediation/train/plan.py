@@ -389,7 +389,7 @@ def plan(p: PlanInput) -> Plan:
         "allocator_overhead": overhead,
     }
     transients = {"optimizer_step": step_tmp, "autocast_weight_copies": autocast, "dequantization": dequant}
-    if p.optimizer == "adamw" and step_tmp:
+    if p.optimizer == "adamw" and step_tmp >= GiB:
         notes.append("torch AdamW (foreach, the default) holds a copy of v during the step; fused=True avoids it")
     if p.seq_len > spec.max_positions > 0:
         notes.append(f"--seq-len {p.seq_len} is beyond the model's {spec.max_positions} positions")
