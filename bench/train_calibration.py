@@ -14,8 +14,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from remediation.train.calibration import capacity_rows, fit_scale, peak_rows  # noqa: E402
-from remediation.train.plan import ACTIVATION_SCALE  # noqa: E402
+from remediation.train.calibration import capacity_rows, fit_scale, peak_rows
+from remediation.train.plan import ACTIVATION_SCALE
 
 
 def main() -> int:
