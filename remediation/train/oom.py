@@ -12,7 +12,8 @@ The grammar (PyTorch's caching allocator, ``c10/cuda/CUDACachingAllocator.cpp``,
   allocated by PyTorch, [with Q allocated in private pools (e.g., CUDA Graphs), ]and U is reserved by PyTorch but
   unallocated.`` Reserved in total is ``A + U``.
 - ROCm builds say ``HIP out of memory`` (and ``PYTORCH_HIP_ALLOC_CONF``) with the format-D body.
-- ``CUDA error: out of memory`` (a CUDA call, not the allocator) carries no numbers: format ``cuda-error``.
+- ``CUDA error: out of memory`` (a CUDA call, not the allocator) carries no numbers: format ``cuda-error``; a
+  message cut short after its head is ``unknown`` (or ``B``/``D`` when what follows the request shows which).
 
 Sizes are PyTorch's ``format_size``: ``N bytes``, ``X KiB``, ``X MiB``, ``X GiB`` (two decimals), read here to
 bytes. The message may sit in a traceback, in prose, in quotes, be glued to a word or wrapped over lines; whitespace is
@@ -94,7 +95,7 @@ def _size(match: re.Match[str] | None, group: int = 1) -> int | None:
 class OomMessage:
     """One out-of-memory message, its sizes in bytes (None where the message does not state them)."""
 
-    format: str  # A | B | C | D | cuda-error
+    format: str  # A | B | C | D | cuda-error | unknown (a head with nothing after it)
     backend: str  # CUDA | HIP
     requested: int | None
     gpu: int | None
@@ -223,7 +224,10 @@ def _parse(text: str) -> OomReport:
                            items.get("allowed"), evidence, step)
             )
         elif _HEAD.search(body) or requested is not None:
-            fmt = "D" if re.search(r"OutOfMemoryError", head + body[:80]) else "B"
+            # a message cut short: "Tried to allocate X." starts the 2.1+ sentences, "X (GPU" the older list
+            tried = _TRIED.search(body)
+            after = body[tried.end() : tried.end() + 3] if tried else ""
+            fmt = "D" if after.startswith(".") else "B" if after.lstrip().startswith("(") else "unknown"
             messages.append(OomMessage(fmt, backend, requested, None, None, None, None, None, None, (), None,
                                        evidence, step))
     return OomReport(tuple(messages))

@@ -16,6 +16,7 @@ import pytest
 
 from remediation.train.errors import TrainError
 from remediation.train.models import BUILTIN, builtin, lora_params, spec_from_config, spec_from_params
+from tests.torch_import import torch as import_torch
 
 os.environ["HF_HUB_OFFLINE"] = "1"  # nothing may come from the Hub
 os.environ["TRANSFORMERS_OFFLINE"] = "1"
@@ -154,6 +155,7 @@ CONFIGS: dict[str, tuple[str, dict[str, Any]]] = {
 
 
 def _build(model_type: str, kwargs: dict[str, Any]) -> tuple[Any, Any]:
+    import_torch()
     from transformers import AutoConfig, AutoModelForCausalLM
 
     config = AutoConfig.for_model(model_type, **kwargs)

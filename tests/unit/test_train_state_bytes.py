@@ -17,10 +17,11 @@ import pytest
 
 from remediation.train.models import spec_from_config
 from remediation.train.plan import PlanInput, plan
+from tests.torch_import import torch as import_torch
 
 os.environ["HF_HUB_OFFLINE"] = "1"
 
-torch = pytest.importorskip("torch")
+torch = import_torch()
 CONFIG = {"vocab_size": 512, "hidden_size": 64, "intermediate_size": 176, "num_hidden_layers": 2,
           "num_attention_heads": 4, "num_key_value_heads": 2, "max_position_embeddings": 64}
 
