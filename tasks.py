@@ -9,11 +9,12 @@ from __future__ import annotations
 
 from invoke import Collection
 
-from commands import aks, aoai, audit, demo, driver, harden, k8s, lab, quota
+from commands import aks, aoai, audit, demo, driver, harden, k8s, lab, quota, train
 from remediation.aoai.settings import AoaiSettings
 from remediation.azure.settings import AzureSettings
 from remediation.config import AuditSettings, RestoreSettings, defaults
 from remediation.k8s.settings import K8sSettings
+from remediation.train.settings import TrainSettings
 
 ns = Collection(demo.demo, audit.diagnose)
 ns.add_collection(audit.ns)
@@ -24,6 +25,7 @@ ns.add_collection(k8s.ns)
 ns.add_collection(aoai.ns)
 ns.add_collection(quota.ns)
 ns.add_collection(aks.ns)
+ns.add_collection(train.ns)
 ns.configure(
     {
         "audit": defaults(AuditSettings),
@@ -31,5 +33,6 @@ ns.configure(
         "k8s": defaults(K8sSettings),
         "aoai": defaults(AoaiSettings),
         "azure": defaults(AzureSettings),
+        "train": defaults(TrainSettings),
     }
 )

@@ -21,7 +21,7 @@ NVIDIA's Xid catalog that are seen in the field, with a short meaning and the se
 
 from __future__ import annotations
 
-from remediation.catalog import aoai, azure, host, k8s
+from remediation.catalog import aoai, azure, host, k8s, train
 from remediation.catalog.entry import CatalogEntry, Runbook
 from remediation.catalog.xid import XID_MEANINGS, XID_SEVERITY, xid_meaning, xid_severity
 
@@ -36,7 +36,7 @@ __all__ = [
     "xid_severity",
 ]
 
-_AREAS = (host, azure, k8s, aoai)
+_AREAS = (host, azure, k8s, aoai, train)
 
 
 def _build() -> dict[str, CatalogEntry]:

@@ -108,7 +108,7 @@ _UU_MARKERS = (
 KINDS: dict[str, KindSpec] = {}
 
 #: Modules that register more kinds when imported, one per area (``remediation.<area>.<module>``).
-PLUGIN_MODULES: tuple[str, ...] = ("remediation.k8s.kinds", "remediation.aoai.kind")
+PLUGIN_MODULES: tuple[str, ...] = ("remediation.k8s.kinds", "remediation.aoai.kind", "remediation.train.kind")
 _plugins_loaded = False
 
 

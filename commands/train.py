@@ -1,0 +1,279 @@
+"""``invoke train.*``: the training-memory planner, the OOM diagnoser, GPU memory logging (runbook S2)."""
+
+from __future__ import annotations
+
+import sys
+from typing import Any
+
+from invoke import Collection, Exit, task
+
+from commands import FLEET_HELP, audit_options, edge, fleet_hosts, read_input, settings
+
+JOB_HELP = {
+    "model": "built-in model: Llama-2-7b/13b/70b, Llama-3-8B/70B, Llama-3.2-1B/3B, Mistral-7B, Phi-3-mini, "
+    "Qwen2-7B, Gemma-2b/7b, Falcon-7B, GPT-2",
+    "config": "a Hugging Face config.json (read offline)",
+    "params": "only a parameter count (7e9, 7B): a Llama-shaped estimate",
+    "gpu": "GPU model: A100-80GB, A100-40GB, H100-80GB, H100-NVL, H200, A10, A10G, L4, L40S, T4, V100-16GB, ... "
+    "(default train.gpu)",
+    "gpu_memory": "GPU memory instead of a model: 80GiB, 48GB, 24564MiB",
+    "regime": "bf16 (8 B/param) | bf16-fp32-states (12: the runbook's) | mixed (16) | amp (16+2) | fp32 (16)",
+    "optimizer": "adamw | adamw-8bit | sgd | sgd-momentum",
+    "fused": "AdamW with fused=True (no copy of v during the step)",
+    "method": "full | lora | qlora",
+    "lora_r": "LoRA rank (default train.lora_r)",
+    "lora_targets": "LoRA target modules, comma-separated (q_proj,v_proj; all-linear); default: peft's for the model",
+    "lora_dropout": "LoRA dropout (default train.lora_dropout)",
+    "batch": "per_device_train_batch_size",
+    "seq_len": "tokens per sequence (the longest the job will see)",
+    "grad_accum": "gradient_accumulation_steps",
+    "grad_checkpointing": "gradient checkpointing on",
+    "gpus": "GPUs the job runs on (data parallel)",
+    "zero_stage": "ZeRO stage across --gpus: 0 (none), 1 (optimizer states), 2 (+gradients), 3 (+parameters)",
+    "attention": "flash (FlashAttention/SDPA, default) | eager (s^2 attention scores)",
+}
+
+
+def job_flags(**flags: Any) -> Any:
+    """:class:`~remediation.train.api.JobFlags` from the task's flags (strings from the command line typed here)."""
+    from remediation.errors import UsageError
+    from remediation.train.api import JobFlags
+
+    def number(name: str, kind: type, default: Any) -> Any:
+        value = flags.get(name)
+        if value is None:
+            return default
+        try:
+            return kind(value)
+        except (TypeError, ValueError):
+            raise UsageError(f"--{name.replace('_', '-')} {value!r} must be a number") from None
+
+    targets = str(flags.get("lora_targets") or "")
+    return JobFlags(
+        model=flags.get("model"),
+        config=flags.get("config"),
+        params=flags.get("params"),
+        gpu=flags.get("gpu"),
+        gpu_memory=flags.get("gpu_memory"),
+        regime=flags.get("regime"),
+        optimizer=flags.get("optimizer"),
+        fused_optimizer=bool(flags.get("fused")),
+        method=str(flags.get("method") or "full"),
+        lora_r=number("lora_r", int, None),
+        lora_targets=tuple(t.strip() for t in targets.split(",") if t.strip()),
+        lora_dropout=number("lora_dropout", float, None),
+        batch=number("batch", int, 1),
+        seq_len=number("seq_len", int, 2048),
+        grad_accum=number("grad_accum", int, 1),
+        grad_checkpointing=bool(flags.get("grad_checkpointing")),
+        gpus=number("gpus", int, 1),
+        zero_stage=number("zero_stage", int, 0),
+        attention=str(flags.get("attention") or "flash"),
+    )
+
+
+@task(
+    help={
+        **JOB_HELP,
+        "from_host": "read the GPU capacity from this host's NVML facts (one audit probe, read-only)",
+        "fleet": FLEET_HELP["fleet"],
+        "inventory": FLEET_HELP["inventory"],
+        "format": "table | json",
+    }
+)
+@edge
+def plan(  # type: ignore[no-untyped-def]
+    c,
+    model=None,
+    config=None,
+    params=None,
+    gpu=None,
+    gpu_memory=None,
+    from_host=None,
+    fleet="gpu",
+    inventory=None,
+    regime=None,
+    optimizer=None,
+    fused=False,
+    method="full",
+    lora_r=None,
+    lora_targets=None,
+    lora_dropout=None,
+    batch=1,
+    seq_len=2048,
+    grad_accum=1,
+    grad_checkpointing=False,
+    gpus=1,
+    zero_stage=0,
+    attention="flash",
+    format="table",
+):
+    """Plan a fine-tuning job's GPU memory: breakdown, fits or not, settings that fit (ready to paste).
+
+    Exit codes: 0 the job fits as given; 1 it does not (the recommendation says what does); 2 bad input.
+    """
+    import json
+
+    from remediation.errors import UsageError
+    from remediation.train.api import capacity_from_host, plan_job
+    from remediation.train.render import plan_to_dict, print_plan
+    from remediation.train.settings import TrainSettings
+
+    if format not in ("table", "json"):
+        raise UsageError(f"--format {format!r} must be table or json")
+    given = dict(locals())
+    flags = job_flags(**{k: v for k, v in given.items() if k in JOB_HELP or k == "fused"})
+    cfg = settings(c, TrainSettings, "train")
+    capacity = None
+    if from_host:
+        if gpu or gpu_memory:
+            raise UsageError("pass one of --gpu, --gpu-memory and --from-host")
+        hosts, _path, _group = fleet_hosts(c, fleet, inventory, from_host)
+        if len(hosts) != 1:
+            raise UsageError(
+                f"--from-host {from_host!r} must name exactly one host of fleet {fleet} ({len(hosts)} match)"
+            )
+        capacity = capacity_from_host(hosts[0], audit_options(c))
+    result, rec = plan_job(cfg, flags, capacity)
+    if format == "json":
+        print(json.dumps(plan_to_dict(result, rec), indent=2))
+    else:
+        from remediation.report.console import console
+
+        print_plan(console, result, rec)
+    raise Exit(code=0 if result.fits in (True, None) else 1)
+
+
+@task(
+    name="diagnose-oom",
+    positional=["file"],
+    help={
+        "file": "text with the OOM message (a training log, a traceback, a pasted issue); - or nothing for stdin",
+        "format": "text | json",
+        **{k: f"(plan) {v}" for k, v in JOB_HELP.items()},
+    },
+)
+@edge
+def diagnose_oom(  # type: ignore[no-untyped-def]
+    c,
+    file=None,
+    format="text",
+    model=None,
+    config=None,
+    params=None,
+    gpu=None,
+    gpu_memory=None,
+    regime=None,
+    optimizer=None,
+    fused=False,
+    method="full",
+    lora_r=None,
+    lora_targets=None,
+    lora_dropout=None,
+    batch=1,
+    seq_len=2048,
+    grad_accum=1,
+    grad_checkpointing=False,
+    gpus=1,
+    zero_stage=0,
+    attention="flash",
+):
+    """Read a PyTorch/ROCm OOM: its numbers, the cause, the fix; with --model etc. the planner's numbers.
+
+    Exit codes: 0 no OOM message in the text; 1 an OOM diagnosed; 2 bad input.
+    """
+    import json
+
+    from remediation.diagnose import DiagnoseResult, render_text
+    from remediation.errors import UsageError
+    from remediation.train.api import diagnose_oom as run
+    from remediation.train.settings import TrainSettings
+
+    if format not in ("text", "json"):
+        raise UsageError(f"--format {format!r} must be text or json")
+    given = dict(locals())
+    flags = job_flags(**{k: v for k, v in given.items() if k in JOB_HELP or k == "fused"})
+    cfg = settings(c, TrainSettings, "train")
+    text, source = read_input(file or "-")
+    result = run(text, cfg, flags, source=source)
+    if format == "json":
+        print(json.dumps(result.to_dict(), indent=2))
+    else:
+        if not result.found:
+            print("no PyTorch/ROCm out-of-memory message in the text")
+        else:
+            print(render_text(DiagnoseResult("oom", result.facts, result.findings)))
+    raise Exit(code=1 if result.found else 0)
+
+
+@task(
+    help={
+        "host": "the host to sample (a name from the fleet's inventory)",
+        "fleet": FLEET_HELP["fleet"],
+        "inventory": FLEET_HELP["inventory"],
+        "interval": "seconds between samples (default train.monitor_interval, 5)",
+        "count": "samples to take (default train.monitor_count)",
+        "duration": "seconds to sample for, instead of --count",
+        "out": "append the CSV here (default: stdout)",
+    }
+)
+@edge
+def monitor(  # type: ignore[no-untyped-def]
+    c, host, fleet="gpu", inventory=None, interval=None, count=None, duration=None, out=None
+):
+    """Log GPU memory used/free and utilization through NVML on a host to CSV (nvidia-smi -l without nvidia-smi).
+
+    Exit codes: 0 every sample read; 1 NVML failed on the host; 2 bad input; 3 the host could not be reached.
+    """
+    from pathlib import Path
+
+    from remediation.errors import UsageError
+    from remediation.fanout import Status
+    from remediation.train.monitor import monitor as run
+    from remediation.train.settings import TrainSettings
+
+    cfg = settings(c, TrainSettings, "train")
+    try:
+        every = float(interval if interval is not None else cfg.monitor_interval)
+        if duration is not None and count is not None:
+            raise UsageError("pass --count or --duration, not both")
+        times = int(count) if count is not None else (
+            max(1, int(float(duration) // every) + 1) if duration is not None else cfg.monitor_count
+        )
+    except (TypeError, ValueError):
+        raise UsageError("--interval, --count and --duration take numbers") from None
+    hosts, _path, _group = fleet_hosts(c, fleet, inventory, host)
+    if len(hosts) != 1:
+        raise UsageError(f"--host {host!r} must name exactly one host of fleet {fleet} ({len(hosts)} match)")
+
+    def progress(rows: list[Any]) -> None:
+        if out:
+            used = ", ".join(f"GPU {r.gpu} {r.memory_used_mib} MiB" for r in rows[-max(1, len({r.gpu for r in rows})):])
+            print(f"{hosts[0].name}: {len(rows)} rows; last {used}", file=sys.stderr)
+
+    path = Path(out) if out else None
+    new = path is None or not path.exists() or path.stat().st_size == 0
+    stream = path.open("a") if path is not None else sys.stdout
+    try:
+        result = run(
+            hosts[0],
+            interval=every,
+            count=times,
+            out=stream,
+            max_seconds=cfg.monitor_max_seconds,
+            chunk_seconds=cfg.monitor_chunk_seconds,
+            connect_timeout=cfg.connect_timeout,
+            on_chunk=progress,
+            header=new,
+        )
+    finally:
+        if path is not None:
+            stream.close()
+    if result.error:
+        print(f"error: {result.error}", file=sys.stderr)
+    if result.status in (Status.UNREACHABLE, Status.TIMED_OUT) and not result.samples:
+        raise Exit(code=3)
+    raise Exit(code=0 if result.ok else 1)
+
+
+ns: Any = Collection("train", plan, diagnose_oom, monitor)
