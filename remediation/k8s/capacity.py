@@ -1,32 +1,29 @@
 """The capacity chain of a Pending GPU pod: is its pool at ``maxCount``, is the VM family's vCPU quota used up?
 
-A small adapter, kept apart on purpose: it reads offline facts in the shapes Azure Resource Manager returns them,
-
-- AKS agent pools (``GET .../managedClusters/C/agentPools``, ``az aks nodepool list -o json`` wraps the same objects):
-  ``{"value": [{"name", "properties": {"count", "minCount", "maxCount", "enableAutoScaling", "vmSize",
-  "nodeTaints", "nodeLabels", "mode"}}]}``
-- compute usages (``GET .../providers/Microsoft.Compute/locations/L/usages``):
-  ``{"value": [{"currentValue", "limit", "name": {"value", "localizedValue"}, "unit"}]}``
-
-parsed once by :func:`pools_from_dict` / :func:`usages_from_dict`, and says which limit to raise, naming the Azure
-area's commands (``invoke aks.pools``, ``invoke quota.plan``) that look at them live. When the Azure package is in
-the tree, these two parsers and the VM size table are the only things to point at it.
+The facts are the Azure area's (:mod:`remediation.azure`): AKS node pools (``AgentPools_List``, or ``az aks nodepool
+list -o json``) parsed by :func:`remediation.azure.aks.pool_from_dict`, compute usages (``Usage_List``, or ``az vm
+list-usage -o json``) by :func:`remediation.azure.quota.usages_from_json`, and the VM size table of
+:mod:`remediation.skus` (vCPUs, quota family). This module only reads them from files (``--pools``, ``--usages``)
+and says which limit to raise, naming the Azure commands (``invoke aks.pools``, ``invoke quota.plan``) that look at
+them live.
 """
 
 from __future__ import annotations
 
 import math
-import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from remediation import skus
+from remediation.azure.aks import NodePool, pool_from_dict
+from remediation.azure.quota import REGIONAL_VCPUS, QuotaUsage, find, usages_from_json
 from remediation.k8s.errors import SnapshotError
 
 __all__ = [
-    "AgentPool",
     "CapacityAdvice",
-    "Usage",
+    "NodePool",
+    "QuotaUsage",
     "advise",
     "pools_from_dict",
     "usages_from_dict",
@@ -34,124 +31,33 @@ __all__ = [
     "vm_vcpus",
 ]
 
-#: GPU VM sizes -> their compute quota family (usages ``name.value``), from Azure's size and quota tables.
-_FAMILIES: tuple[tuple[str, str], ...] = (
-    (r"^standard_nc\d+ads_a100_v4$", "standardNCADSA100v4Family"),
-    (r"^standard_nd\d+asr_v4$", "standardNDASv4_A100Family"),
-    (r"^standard_nd\d+amsr_a100_v4$", "standardNDAMSv4_A100Family"),
-    (r"^standard_nd\d+isr_h100_v5$", "standardNDSH100v5Family"),
-    (r"^standard_nc\d+ads_h100_v5$", "standardNCadsH100v5Family"),
-    (r"^standard_nc\d+adis_h100_v5$", "standardNCadsH100v5Family"),
-    (r"^standard_nc\d+as_t4_v3$", "standardNCASv3_T4Family"),
-    (r"^standard_nd\d+rs_v2$", "standardNDSv2Family"),
-    (r"^standard_nc\d+r?s_v3$", "standardNCSv3Family"),
-    (r"^standard_nd\d+r?s$", "standardNDSFamily"),
-    (r"^standard_nv\d+ads_a10_v5$", "StandardNVADSA10v5Family"),
-)
-
 
 def vm_family(vm_size: str) -> str | None:
     """The quota family of an Azure GPU VM size (``Standard_NC24ads_A100_v4`` -> ``standardNCADSA100v4Family``)."""
-    name = vm_size.strip().lower()
-    return next((family for pattern, family in _FAMILIES if re.match(pattern, name)), None)
+    size = skus.size(vm_size)
+    return size.family if size is not None and size.family else None
 
 
 def vm_vcpus(vm_size: str) -> int | None:
-    """vCPUs of an Azure VM size: the number in its name (``Standard_ND96asr_v4`` -> 96)."""
-    match = re.match(r"^standard_[a-z]+?(\d+)", vm_size.strip().lower())
-    return int(match.group(1)) if match else None
+    """vCPUs of an Azure GPU VM size, from the SKU table."""
+    size = skus.size(vm_size)
+    return size.vcpus if size is not None else None
 
 
-@dataclass(frozen=True)
-class AgentPool:
-    name: str
-    count: int
-    min_count: int | None
-    max_count: int | None
-    autoscaling: bool
-    vm_size: str
-    node_taints: tuple[str, ...]
-    node_labels: dict[str, str]
-    mode: str
-
-    @property
-    def at_max(self) -> bool:
-        return self.max_count is not None and self.count >= self.max_count
+def pools_from_dict(doc: Any, source: str = "pools") -> tuple[NodePool, ...]:
+    """Node pools from ARM's list (``{"value": [...]}``) or a bare list (``az aks nodepool list -o json``)."""
+    items = doc.get("value") if isinstance(doc, Mapping) else doc
+    if not isinstance(items, list):
+        raise SnapshotError(f'{source}: expected the AKS agentPools list as ARM returns it: {{"value": [...]}}')
+    return tuple(pool_from_dict(item) for item in items if isinstance(item, Mapping))
 
 
-def _int(value: Any) -> int | None:
-    if isinstance(value, bool):
-        return None
-    if isinstance(value, int):
-        return value
-    if isinstance(value, float) and value.is_integer():
-        return int(value)
-    if isinstance(value, str) and value.strip().isdigit():
-        return int(value)
-    return None
-
-
-def _entries(doc: Any, what: str, source: str) -> list[Mapping[str, Any]]:
-    if isinstance(doc, Mapping) and isinstance(doc.get("value"), list):
-        items = doc["value"]
-    elif isinstance(doc, list):
-        items = doc
-    else:
-        raise SnapshotError(f'{source}: expected {what} as ARM returns it: {{"value": [...]}}')
-    return [item for item in items if isinstance(item, Mapping)]
-
-
-def pools_from_dict(doc: Any, source: str = "pools") -> tuple[AgentPool, ...]:
-    """Agent pools from ARM's list (``{"value": [...]}``) or a bare list; flat ``az`` objects are read too."""
-    out = []
-    for item in _entries(doc, "the AKS agentPools list", source):
-        props = item.get("properties") if isinstance(item.get("properties"), Mapping) else item
-        assert isinstance(props, Mapping)
-        taints = props.get("nodeTaints")
-        labels = props.get("nodeLabels")
-        out.append(
-            AgentPool(
-                name=str(item.get("name", "")),
-                count=_int(props.get("count")) or 0,
-                min_count=_int(props.get("minCount")),
-                max_count=_int(props.get("maxCount")),
-                autoscaling=props.get("enableAutoScaling") is True,
-                vm_size=str(props.get("vmSize", "")),
-                node_taints=tuple(str(t) for t in taints) if isinstance(taints, list) else (),
-                node_labels={str(k): str(v) for k, v in labels.items()} if isinstance(labels, Mapping) else {},
-                mode=str(props.get("mode", "")),
-            )
-        )
-    return tuple(out)
-
-
-@dataclass(frozen=True)
-class Usage:
-    name: str
-    localized: str
-    current: int
-    limit: int
-    unit: str
-
-    @property
-    def free(self) -> int:
-        return self.limit - self.current
-
-
-def usages_from_dict(doc: Any, source: str = "usages") -> tuple[Usage, ...]:
-    """Compute usages from ARM's list; ``az vm list-usage -o json`` entries (strings) are read too."""
-    out = []
-    for item in _entries(doc, "the compute usages list", source):
-        name = item.get("name")
-        if isinstance(name, Mapping):
-            value, localized = str(name.get("value", "")), str(name.get("localizedValue", ""))
-        else:
-            value, localized = str(name or ""), str(item.get("localName", ""))
-        current, limit = _int(item.get("currentValue")), _int(item.get("limit"))
-        if not value or current is None or limit is None:
-            continue
-        out.append(Usage(value, localized, current, limit, str(item.get("unit", "Count"))))
-    return tuple(out)
+def usages_from_dict(doc: Any, source: str = "usages") -> tuple[QuotaUsage, ...]:
+    """Compute usages from ARM's list or ``az vm list-usage -o json``."""
+    try:
+        return tuple(usages_from_json(doc))
+    except ValueError as exc:
+        raise SnapshotError(f"{source}: {exc}") from None
 
 
 @dataclass(frozen=True)
@@ -171,21 +77,21 @@ class CapacityAdvice:
     commands: tuple[str, ...]
 
 
-def _pool_of(pools: Sequence[AgentPool], name: str | None, gpu: bool) -> AgentPool | None:
+def _pool_of(pools: Sequence[NodePool], name: str | None, gpu: bool) -> NodePool | None:
     if name:
         found = next((p for p in pools if p.name == name), None)
         if found is not None:
             return found
     if gpu:
-        gpu_pools = [p for p in pools if vm_family(p.vm_size) or any("gpu" in t.lower() for t in p.node_taints)]
+        gpu_pools = [p for p in pools if p.is_gpu or any("gpu" in t.lower() for t in p.taints)]
         if len(gpu_pools) == 1:
             return gpu_pools[0]
     return None
 
 
 def advise(
-    pools: Sequence[AgentPool],
-    usages: Sequence[Usage],
+    pools: Sequence[NodePool],
+    usages: Sequence[QuotaUsage],
     *,
     pool: str | None,
     gpus_wanted: int,
@@ -213,7 +119,7 @@ def advise(
         if not chosen.autoscaling:
             lines.append(f"pool {chosen.name} ({size}): autoscaling is off ({limits}): the autoscaler adds no node")
             raise_.append("max_count")
-        elif chosen.at_max:
+        elif chosen.max_count is not None and chosen.count >= chosen.max_count:
             lines.append(f"pool {chosen.name} ({size}) is at maxCount ({limits}): raise maxCount")
             raise_.append("max_count")
         else:
@@ -223,8 +129,8 @@ def advise(
     family = vm_family(size) if size else None
     vcpus = vm_vcpus(size) if size else None
     needed = vcpus * nodes if vcpus else None
-    usage = next((u for u in usages if family and u.name.lower() == family.lower()), None)
-    regional = next((u for u in usages if u.name.lower() == "cores"), None)
+    usage = find(usages, family) if family else None
+    regional = find(usages, REGIONAL_VCPUS)
     current = limit = None
     if usage is not None and needed is not None:
         current, limit = usage.current, usage.limit

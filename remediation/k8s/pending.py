@@ -29,7 +29,7 @@ from decimal import Decimal
 from typing import Any
 
 from remediation.findings import Finding, make_finding
-from remediation.k8s.capacity import AgentPool, CapacityAdvice, Usage, advise
+from remediation.k8s.capacity import CapacityAdvice, NodePool, QuotaUsage, advise
 from remediation.k8s.evaluator import Failure, NodeResult, evaluate
 from remediation.k8s.objects import Pod, Taint, Toleration, pod_from_dict
 from remediation.k8s.patch import PodFix, apply_patch, build_fix, toleration_for
@@ -538,8 +538,8 @@ _RULES = (
 def diagnose_pending(
     text: str = "",
     snapshot: Snapshot | None = None,
-    pools: Sequence[AgentPool] = (),
-    usages: Sequence[Usage] = (),
+    pools: Sequence[NodePool] = (),
+    usages: Sequence[QuotaUsage] = (),
     *,
     gpu_resource: str = "nvidia.com/gpu",
     cluster: str = "CLUSTER",

@@ -440,13 +440,33 @@ def _reachable(host: Host, audit_options: AuditOptions) -> bool:
 
 
 def undo_run(
-    hosts: Sequence[Host], inventory: str | Path, run_id: str, options: RestoreOptions | None = None
+    hosts: Sequence[Host],
+    inventory: str | Path,
+    run_id: str,
+    options: RestoreOptions | None = None,
+    audit_options: AuditOptions | None = None,
 ) -> PlaybookResult:
-    """Undo what run ``run_id`` recorded on ``hosts`` (after an unreachable host came back)."""
-    options = options or RestoreOptions()
-    from .methods import AptMethod
+    """Undo what run ``run_id`` recorded on ``hosts`` (after an unreachable host came back).
 
-    return AptMethod().undo([h.name for h in hosts], inventory, _settings(options, run_id))
+    Each host is undone by the method that changed it, as its journal says (an ``azure_extension`` change: the
+    Azure extension method; anything else: apt); the result has every host.
+    """
+    options = options or RestoreOptions()
+    from .methods import METHODS
+
+    journals = read_journals(hosts, audit_options or AuditOptions())
+    by_method: dict[str, list[str]] = {}
+    for h in hosts:
+        journal = journals.get(h.name)
+        azure = journal is not None and any(c.kind == "azure_extension" for c in journal.changes)
+        by_method.setdefault("azure-extension" if azure else "apt", []).append(h.name)
+    results = [METHODS[name]().undo(names, inventory, _settings(options, run_id)) for name, names in by_method.items()]
+    merged: dict[str, Any] = {}
+    for result in results:
+        merged.update(result.hosts)
+    worst = max((r.rc for r in results), default=0)
+    status = next((r.status for r in results if r.rc), results[0].status if results else "successful")
+    return PlaybookResult(run_id, worst, status, merged, "\n".join(r.stdout_tail for r in results if r.stdout_tail))
 
 
 def host_audit(result: AuditResult | None, host: str) -> HostAudit | None:

@@ -253,7 +253,7 @@ def test_arm_shapes_parse() -> None:
     pools = pools_from_dict({"value": [{"name": "gpunp", "properties": {
         "count": 2, "minCount": 1, "maxCount": 2, "enableAutoScaling": True, "vmSize": "Standard_ND96asr_v4",
         "nodeTaints": ["sku=gpu:NoSchedule"]}}]})
-    assert pools[0].at_max and pools[0].node_taints == ("sku=gpu:NoSchedule",)
+    assert pools[0].at_max and pools[0].taints == ("sku=gpu:NoSchedule",)
     usages = usages_from_dict({"value": [{"currentValue": 96, "limit": 96, "unit": "Count",
                                           "name": {"value": "standardNDASv4_A100Family", "localizedValue": "x"}}]})
     assert usages[0].free == 0
