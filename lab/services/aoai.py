@@ -39,6 +39,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
+from lab.services import LoopbackService, require_loopback
 from remediation.errors import LabError
 
 __all__ = ["DEFAULT_MAX_TOKENS", "Arrival", "FakeAzureOpenAI", "FakeDeployment"]
@@ -101,8 +102,10 @@ def _counter() -> Any:
         return lambda text: math.ceil(len(text.encode("utf-8")) / 4)
 
 
-class FakeAzureOpenAI:
+class FakeAzureOpenAI(LoopbackService):
     """The service; ``with FakeAzureOpenAI([...]) as svc: svc.url``. Loopback only."""
+
+    thread_name = "fake-aoai"
 
     def __init__(
         self,
@@ -116,8 +119,10 @@ class FakeAzureOpenAI:
         port: int = 0,
         api_version: str = "2024-10-21",
     ) -> None:
-        if not (host.startswith("127.") or host in ("::1", "localhost")):
-            raise LabError(f"the fake Azure OpenAI listens on loopback only, not {host}")
+        try:
+            require_loopback(host, "fake Azure OpenAI")
+        except ValueError as exc:
+            raise LabError(str(exc)) from None
         if window_s <= 0:
             raise LabError(f"window_s {window_s} must be positive")
         self.window_s = float(window_s)
@@ -129,33 +134,11 @@ class FakeAzureOpenAI:
         self._lock = threading.Lock()
         self._count = _counter()
         self.arrivals: list[Arrival] = []
-        self._server = _Server((host, port), _Handler)
-        self._server.service = self
-        self._thread: threading.Thread | None = None
+        server = _Server((host, port), _Handler)
+        server.service = self
+        self._server = server
 
     # --- lifecycle ---------------------------------------------------------------------------------------
-
-    @property
-    def url(self) -> str:
-        host, port = self._server.server_address[:2]
-        return f"http://{host!s}:{port}"
-
-    def start(self) -> FakeAzureOpenAI:
-        self._thread = threading.Thread(target=self._server.serve_forever, name="fake-aoai", daemon=True)
-        self._thread.start()
-        return self
-
-    def stop(self) -> None:
-        self._server.shutdown()
-        self._server.server_close()
-        if self._thread is not None:
-            self._thread.join(timeout=5)
-
-    def __enter__(self) -> FakeAzureOpenAI:
-        return self.start()
-
-    def __exit__(self, *exc: object) -> None:
-        self.stop()
 
     # --- control and inspection ----------------------------------------------------------------------------
 

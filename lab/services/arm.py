@@ -48,6 +48,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 from urllib.parse import parse_qs, urlsplit
 
+from . import LoopbackService, require_loopback
 from .armspec import SpecSet
 
 if TYPE_CHECKING:
@@ -263,8 +264,11 @@ def _arm_error(status: int, code: str, message: str) -> _Reply:
 
 
 # -- the service -----------------------------------------------------------------------------------------------------
-class ArmService:
+class ArmService(LoopbackService):
     """The server and its state; start with :meth:`start`, stop with :meth:`stop` (or use it as a context manager)."""
+
+    scheme = "https"
+    thread_name = "arm-service"
 
     def __init__(
         self,
@@ -278,8 +282,7 @@ class ArmService:
         retry_after: int = 1,
         agent: Agent | None = None,
     ) -> None:
-        if not ipaddress.ip_address(host).is_loopback:
-            raise ValueError(f"the local ARM service binds loopback addresses only, not {host}")
+        require_loopback(host, "local ARM service")
         self.specs = SpecSet(specs)
         for f in (QUOTA, COMPUTE, VM, AKS):
             self.specs.file(f)  # fail early, naming the missing spec file
@@ -305,8 +308,6 @@ class ArmService:
         self.page_size = 0  # > 0: list answers paged with nextLink
         self._throttles: list[tuple[str, re.Pattern[str], int, int]] = []
         self._faults: list[tuple[str, re.Pattern[str], int, int]] = []
-        self._server: ThreadingHTTPServer | None = None
-        self._thread: threading.Thread | None = None
         self._agents: list[threading.Thread] = []
 
     # -- lifecycle ---------------------------------------------------------------------------------------------
@@ -319,37 +320,24 @@ class ArmService:
     def endpoint(self) -> str:
         return f"https://{self.host}:{self.port}"
 
-    def start(self) -> ArmService:
+    def _make_server(self) -> ThreadingHTTPServer:
         service = self
 
         class Handler(_Handler):
             arm = service
 
         server = ThreadingHTTPServer((self.host, self._port), Handler)
-        server.daemon_threads = True
         ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
         ctx.minimum_version = ssl.TLSVersion.TLSv1_2
         ctx.load_cert_chain(str(self.tls.cert), str(self.tls.key))
         server.socket = ctx.wrap_socket(server.socket, server_side=True)
-        self._server = server
-        self._thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.1},
-                                        name="arm-service", daemon=True)
-        self._thread.start()
-        return self
+        return server
 
     def stop(self) -> None:
-        if self._server is not None:
-            self._server.shutdown()
-            self._server.server_close()
-            self._server = None
+        super().stop()
+        self._server = None
         for t in self._agents:
             t.join(timeout=5)
-
-    def __enter__(self) -> ArmService:
-        return self.start()
-
-    def __exit__(self, *exc: object) -> None:
-        self.stop()
 
     # -- scenario set-up ---------------------------------------------------------------------------------------
     def add_subscription(self, sub: str, name: str = "gpulab-test") -> None:

@@ -18,7 +18,6 @@ as the real API server does: ``v1`` List objects with ``apiVersion``/``kind``/``
 
 from __future__ import annotations
 
-import ipaddress
 import json
 import re
 import secrets
@@ -30,6 +29,8 @@ from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
 import yaml
+
+from lab.services import LoopbackService, require_loopback
 
 __all__ = ["FakeKubeApi", "kubeconfig"]
 
@@ -63,8 +64,10 @@ def _matches(obj: Mapping[str, Any], terms: Iterable[tuple[str, str, str]]) -> b
     return True
 
 
-class FakeKubeApi:
+class FakeKubeApi(LoopbackService):
     """The stand-in: ``with FakeKubeApi(pods=..., nodes=..., events=...) as api: api.url``."""
+
+    thread_name = "fake-kube-api"
 
     def __init__(
         self,
@@ -74,8 +77,7 @@ class FakeKubeApi:
         host: str = "127.0.0.1",
         token: str | None = None,
     ) -> None:
-        if not ipaddress.ip_address(host).is_loopback:
-            raise ValueError(f"the Kubernetes API stand-in serves loopback addresses only, not {host}")
+        require_loopback(host, "Kubernetes API stand-in")
         self.pods = [dict(p) for p in pods]
         self.nodes = [dict(n) for n in nodes]
         self.events = [dict(e) for e in events]
@@ -83,30 +85,6 @@ class FakeKubeApi:
         self.requests: list[str] = []
         self._lock = threading.Lock()
         self._server = ThreadingHTTPServer((host, 0), self._handler())
-        self._server.daemon_threads = True
-        self._thread: threading.Thread | None = None
-
-    @property
-    def url(self) -> str:
-        host, port = self._server.server_address[:2]
-        return f"http://{host!s}:{port}"
-
-    def start(self) -> FakeKubeApi:
-        self._thread = threading.Thread(target=self._server.serve_forever, kwargs={"poll_interval": 0.1}, daemon=True)
-        self._thread.start()
-        return self
-
-    def stop(self) -> None:
-        self._server.shutdown()
-        self._server.server_close()
-        if self._thread is not None:
-            self._thread.join(timeout=5)
-
-    def __enter__(self) -> FakeKubeApi:
-        return self.start()
-
-    def __exit__(self, *exc: object) -> None:
-        self.stop()
 
     def _list(self, kind: str, items: list[dict[str, Any]]) -> dict[str, Any]:
         return {"kind": f"{kind}List", "apiVersion": "v1", "metadata": {"resourceVersion": "1000"}, "items": items}

@@ -25,7 +25,7 @@ from typing import Any
 
 from remediation.findings import Finding
 from remediation.k8s import modelload
-from remediation.parsers import KindSpec, register
+from remediation.parsers import KindSpec, marker_score, register
 
 __all__ = ["events_score", "failed_scheduling_score"]
 
@@ -53,26 +53,18 @@ _EVENT_MARKERS = (
 )
 
 
-def _score(markers: tuple[tuple[re.Pattern[str], int, int], ...], text: str) -> int:
-    total = 0
-    for pattern, weight, cap in markers:
-        count = 0
-        for _ in pattern.finditer(text):
-            count += 1
-            if count >= cap:
-                break
-        total += weight * count
-    return total
+_FS_SCORE = marker_score(_FS_MARKERS)
+_EVENT_SCORE = marker_score(_EVENT_MARKERS)
 
 
 def failed_scheduling_score(text: str) -> int:
-    return _score(_FS_MARKERS, text)
+    return _FS_SCORE(text)
 
 
 def events_score(text: str) -> int:
     """Event tables: the event markers plus the message's own score, so a table always outscores the bare
     message kind; 0 without an event reason, so a bare message stays ``failed-scheduling``."""
-    score = _score(_EVENT_MARKERS, text)
+    score = _EVENT_SCORE(text)
     return score + failed_scheduling_score(text) if score >= 12 else 0
 
 

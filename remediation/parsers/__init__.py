@@ -24,7 +24,18 @@ from typing import Any
 
 from remediation.parsers import apt_history, dkms, kernel_log, nvml_text, unattended_upgrades
 
-__all__ = ["KINDS", "PLUGIN_MODULES", "UNKNOWN", "Diagnoser", "KindSpec", "detect_kind", "kinds", "register", "scores"]
+__all__ = [
+    "KINDS",
+    "PLUGIN_MODULES",
+    "UNKNOWN",
+    "Diagnoser",
+    "KindSpec",
+    "detect_kind",
+    "kinds",
+    "marker_score",
+    "register",
+    "scores",
+]
 
 UNKNOWN = "unknown"
 
@@ -48,7 +59,7 @@ class KindSpec:
     diagnose: Diagnoser | None = None
 
 
-def _marker_score(markers: tuple[tuple[re.Pattern[str], int, int], ...]) -> Callable[[str], int]:
+def marker_score(markers: tuple[tuple[re.Pattern[str], int, int], ...]) -> Callable[[str], int]:
     """A scorer: for each ``(pattern, weight, cap)``, weight * matches, at most ``cap`` matches counted."""
 
     def score(text: str) -> int:
@@ -117,7 +128,7 @@ def register(spec: KindSpec) -> None:
     KINDS[spec.name] = spec
 
 
-_nvml_markers = _marker_score(_NVML_MARKERS)
+_nvml_markers = marker_score(_NVML_MARKERS)
 
 
 def _nvml_score(text: str) -> int:
@@ -129,13 +140,13 @@ def _nvml_score(text: str) -> int:
 
 
 register(KindSpec("nvml", _nvml_score, nvml_text.parse, "nvidia-smi / NVML failure text, NVML errors of any program"))
-register(KindSpec("kernel-log", _marker_score(_KERNEL_MARKERS), kernel_log.parse, "kernel log lines about NVIDIA"))
-register(KindSpec("apt-history", _marker_score(_APT_MARKERS), apt_history.parse, "/var/log/apt/history.log"))
-register(KindSpec("dkms", _marker_score(_DKMS_MARKERS), dkms.parse, "dkms status / DKMS build output"))
+register(KindSpec("kernel-log", marker_score(_KERNEL_MARKERS), kernel_log.parse, "kernel log lines about NVIDIA"))
+register(KindSpec("apt-history", marker_score(_APT_MARKERS), apt_history.parse, "/var/log/apt/history.log"))
+register(KindSpec("dkms", marker_score(_DKMS_MARKERS), dkms.parse, "dkms status / DKMS build output"))
 register(
     KindSpec(
         "unattended-upgrades-log",
-        _marker_score(_UU_MARKERS),
+        marker_score(_UU_MARKERS),
         unattended_upgrades.parse,
         "/var/log/unattended-upgrades/unattended-upgrades.log",
     )

@@ -1,20 +1,18 @@
 """``invoke train.monitor``: GPU memory and utilization of one host, sampled through NVML, to CSV.
 
-The sampler (:mod:`remediation.train.sampler`, stdlib + pynvml) travels the way the audit's probe does: one Python
-program on the SSH session's stdin, with the controller's ``pynvml.py`` inside, used only where the host has none
-(:func:`remediation.probe.pynvml_source`); the SSH session is :func:`remediation.fanout.run_one` (host keys verified,
-connect and command timeouts). A long run is cut into chunks of about ``chunk_seconds``: each chunk is one SSH round
-trip whose rows are appended to the CSV as soon as it ends, and the next chunk keeps the spacing (``--align``).
-The run is bounded by ``count`` and by ``max_seconds``.
+The sampler (:mod:`remediation.train.sampler`, stdlib + pynvml) travels the way the audit's probe does, bundled by
+the probe's own :func:`remediation.probe.bundle_program`: one Python program on the SSH session's stdin, with the
+controller's ``pynvml.py`` inside, used only where the host has none; the SSH session is
+:func:`remediation.fanout.run_one` (host keys verified, connect and command timeouts). A long run is cut into chunks
+of about ``chunk_seconds``: each chunk is one SSH round trip whose rows are appended to the CSV as soon as it ends,
+and the next chunk keeps the spacing (``--align``). The run is bounded by ``count`` and by ``max_seconds``.
 """
 
 from __future__ import annotations
 
-import base64
 import csv
 import datetime as _dt
 import io
-import zlib
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -22,12 +20,14 @@ from typing import TextIO
 
 from remediation.fanout import HostRun, Status, run_one
 from remediation.inventory import Host
-from remediation.probe import pynvml_source
+from remediation.probe import bundle_program
 from remediation.train.errors import TrainError
 
 __all__ = ["FIELDS", "MonitorResult", "Sample", "bundle", "monitor", "parse_csv"]
 
 SAMPLER_PATH = Path(__file__).with_name("sampler.py")
+# The CSV columns, as the sampler writes them (it runs on hosts alone, so it keeps its own copy; the lab tests
+# compare the header it writes with this).
 FIELDS = (
     "timestamp",
     "host",
@@ -39,51 +39,9 @@ FIELDS = (
     "error",
 )
 
-_BUNDLE = """\
-# gpufleet GPU memory sampler bundle (remediation.train.monitor.bundle): runs sampler.main(sys.argv[1:])
-import base64, os, shutil, sys, tempfile, types, zlib
-
-_SAMPLER = {sampler!r}
-_PYNVML = {pynvml!r}
-
-
-def _unpack(blob):
-    return zlib.decompress(base64.b64decode(blob)).decode("utf-8")
-
-
-def _run():
-    tmp = None
-    try:
-        try:
-            import pynvml  # noqa: F401 - the host's own copy wins
-        except ImportError:
-            if _PYNVML:
-                tmp = tempfile.mkdtemp(prefix="gpumemlog-")
-                with open(os.path.join(tmp, "pynvml.py"), "w") as handle:
-                    handle.write(_unpack(_PYNVML))
-                sys.path.insert(0, tmp)
-        module = types.ModuleType("gpumemlog")
-        exec(compile(_unpack(_SAMPLER), "sampler.py", "exec"), module.__dict__)
-        return module.main(sys.argv[1:])
-    finally:
-        if tmp is not None:
-            shutil.rmtree(tmp, ignore_errors=True)
-
-
-sys.exit(_run())
-"""
-
-
-def _pack(text: str) -> str:
-    return base64.b64encode(zlib.compress(text.encode("utf-8"), 9)).decode("ascii")
-
-
 def bundle(include_pynvml: bool = True) -> bytes:
     """The sampler as one program for a remote ``python3 -``, with pynvml for hosts that have none."""
-    nvml = pynvml_source() if include_pynvml else None
-    return _BUNDLE.format(
-        sampler=_pack(SAMPLER_PATH.read_text(encoding="utf-8")), pynvml=_pack(nvml) if nvml else ""
-    ).encode("utf-8")
+    return bundle_program(SAMPLER_PATH.read_text(encoding="utf-8"), "gpumemlog", include_pynvml)
 
 
 @dataclass(frozen=True)
