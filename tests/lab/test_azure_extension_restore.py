@@ -116,6 +116,18 @@ def test_no_reboot_allowed_leaves_the_host_alone(setup: dict[str, Any]) -> None:
     assert "--allow-reboot" in proc.stdout and arm.requests == []
 
 
+def test_check_shows_the_extension_plan_and_changes_nothing(setup: dict[str, Any]) -> None:
+    lab, arm = setup["lab"], setup["arm"]
+    arm.clear_requests()
+    before, boot = _state(lab), lab.boot_id("gpu-2")
+    proc = _restore(setup, lab.cfg.inventory_path, "--allow-reboot", "--check")
+    out = " ".join(proc.stdout.split())
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "NvidiaGpuDriverLinux" in out and "re-add" in out
+    assert [r.method for r in arm.arm_requests() if r.method != "GET"] == []
+    assert _state(lab) == before and lab.boot_id("gpu-2") == boot
+
+
 def test_failed_provisioning_stops_and_puts_the_extension_back(setup: dict[str, Any]) -> None:
     lab, arm, vm = setup["lab"], setup["arm"], setup["vm"]
     arm.clear_requests()
