@@ -169,3 +169,4 @@ class RestoreSettings:
     state_dir: str = ""  # default: audit.history_dir
     lock_ttl_s: float = 6 * 3600.0  # expiry of the local lock and of the leases on the hosts
     playbook_timeout: int = 0  # seconds one batch's playbook may run; 0: reboot_timeout + 1200
+    module_source: str = "auto"  # auto (signed under Secure Boot, else DKMS) | dkms | signed

@@ -16,7 +16,8 @@ if str(_PROJECT) not in sys.path:
     sys.path.insert(0, str(_PROJECT))
 
 
-def gpufleet_restore_decision(doc, host, host_vars, prefer="rebuild", force=False, cordon_marker=None):
+def gpufleet_restore_decision(doc, host, host_vars, prefer="rebuild", force=False, cordon_marker=None,
+                              module_source="auto"):
     from remediation.checks import Policy, run_checks
     from remediation.facts import facts_from_dict
     from remediation.restore.rules import decide
@@ -30,7 +31,8 @@ def gpufleet_restore_decision(doc, host, host_vars, prefer="rebuild", force=Fals
     )
     findings = run_checks(facts, policy)
     return decide(
-        host, facts, findings, host_vars, prefer=prefer, force=bool(force), cordon_marker=cordon_marker
+        host, facts, findings, host_vars, prefer=prefer, force=bool(force), cordon_marker=cordon_marker,
+        module_source=str(module_source or "auto"),
     ).to_dict()
 
 
