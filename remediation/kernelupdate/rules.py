@@ -43,6 +43,7 @@ __all__ = [
     "available_query",
     "parse_available",
     "plan_host",
+    "signed_build_for",
 ]
 
 
@@ -62,26 +63,30 @@ _BRANCH_OK = re.compile(r"^[0-9]+$")
 def available_query(flavour: str, branch: str | None) -> str:
     """One shell command for the host: what apt offers for the flavour's kernels (images, headers, signed modules).
 
-    Prints ``apt-cache show`` stanzas (Package, Version, Depends); nothing when apt offers none."""
+    Prints ``apt-cache show`` stanzas (Package, Version, Depends) of every version apt knows (a signed module
+    package has one build per driver version: the one for the installed driver is not always the candidate);
+    nothing when apt offers none."""
     if not _FLAVOUR_OK.match(flavour) or (branch is not None and not _BRANCH_OK.match(branch)):
         raise ValueError(f"kernel flavour {flavour!r} / driver branch {branch!r} is not a flavour / branch name")
     pattern = shlex.quote(f"^linux-image-[0-9].*-{flavour}$")
     signed = f'linux-modules-nvidia-{branch}-"$r"' if branch else ""
     return (
         f"for p in $(apt-cache search --names-only {pattern} 2>/dev/null | cut -d' ' -f1); do r=${{p#linux-image-}}; "
-        f'echo "$p" linux-headers-"$r" {signed}; done | xargs -r env LC_ALL=C apt-cache show --no-all-versions '
+        f'echo "$p" linux-headers-"$r" {signed}; done | xargs -r env LC_ALL=C apt-cache show '
         "2>/dev/null | grep -E '^(Package|Version|Depends):' || true"
     )
 
 
-def parse_available(text: str) -> dict[str, Available]:
-    """The query's output -> ``{package: Available}`` (the candidate of each)."""
-    out: dict[str, Available] = {}
+def parse_available(text: str) -> dict[str, tuple[Available, ...]]:
+    """The query's output (``apt-cache show`` stanzas) -> ``{package: every version apt knows}``."""
+    out: dict[str, tuple[Available, ...]] = {}
     current: dict[str, str] = {}
 
     def flush() -> None:
-        if current.get("Package") and current.get("Version") and current["Package"] not in out:
-            out[current["Package"]] = Available(current["Package"], current["Version"], current.get("Depends", ""))
+        if current.get("Package") and current.get("Version"):
+            offer = Available(current["Package"], current["Version"], current.get("Depends", ""))
+            if offer not in out.get(offer.package, ()):
+                out[offer.package] = (*out.get(offer.package, ()), offer)
 
     for line in text.splitlines():
         key, _, value = line.partition(":")
@@ -107,6 +112,7 @@ class KernelPlan:
     secure_boot: bool | None = None
     target_kernel: str | None = None
     target_version: str | None = None  # Debian version of linux-image-<target>
+    install_specs: tuple[str, ...] = ()  # install_packages as apt is asked for them (name=version where pinned)
     module_source: str | None = None  # "dkms" | "signed"
     module_source_reason: str = ""
     driver_package: str | None = None
@@ -139,6 +145,7 @@ class KernelPlan:
             "driver_package": self.driver_package,
             "driver_version": self.driver_version,
             "install_packages": list(self.install_packages),
+            "install_specs": list(self.install_specs or self.install_packages),
             "unhold_packages": list(self.unhold_packages),
             "hold_packages": list(self.hold_packages),
             "booted_entry": grub_default_for(self.booted_kernel) if self.booted_kernel else None,
@@ -162,6 +169,22 @@ def _signed_built_for(depends: str) -> str | None:
     return _upstream(m.group("ver")) if m else None
 
 
+def signed_build_for(offers: Sequence[Available], driver: str) -> Available | None:
+    """The build of a signed module package made for ``driver`` (upstream version), of the versions apt knows."""
+    for offer in offers:
+        if _signed_built_for(offer.depends) == _upstream(driver) or _signed_built_for(offer.depends) == driver:
+            return offer
+    return None
+
+
+def _newest(offers: Sequence[Available]) -> Available:
+    best = offers[0]
+    for o in offers[1:]:
+        if compare_versions(o.version, best.version) > 0:
+            best = o
+    return best
+
+
 def _gpu_work(facts: HostFacts) -> list[str]:
     out = [f"GPU {g.index}: pid {p.pid} ({p.name or '?'})" for g in facts.nvml.gpus for p in g.processes]
     seen = {p.pid for g in facts.nvml.gpus for p in g.processes}
@@ -174,7 +197,7 @@ def plan_host(
     facts: HostFacts | None,
     findings: Sequence[Finding],
     host_vars: Mapping[str, Any],
-    available: Mapping[str, Available],
+    available: Mapping[str, Sequence[Available]],
     *,
     kernel: str | None = None,
     module_source: str = "auto",
@@ -206,11 +229,11 @@ def plan_host(
     base.update(driver_package=pkgs.driver_package, driver_version=driver)
     # Candidates: releases of the booted flavour, newer than the booted one, offered by apt or installed.
     candidates: dict[str, str | None] = {}
-    for name, offer in available.items():
-        if name.startswith("linux-image-") and not name.startswith("linux-image-unsigned-"):
+    for name, offers in available.items():
+        if offers and name.startswith("linux-image-") and not name.startswith("linux-image-unsigned-"):
             rel = parse_release(name[len("linux-image-"):])
             if rel is not None and rel.flavour == flavour and rel.sort_key() > now.sort_key():
-                candidates[rel.release] = offer.version
+                candidates[rel.release] = _newest(offers).version
     for k in pkgs.kernels:
         rel = parse_release(k.release)
         if rel is not None and rel.flavour == flavour and rel.sort_key() > now.sort_key():
@@ -236,6 +259,7 @@ def plan_host(
     branch = pkgs.driver_branch
     image = f"linux-image-{target}"
     install: list[str] = [] if installed_k is not None else [image]
+    specs: list[str] = list(install)
     hold: list[str] = [image, f"linux-modules-{target}"]
     steps: list[str] = []
     if source == "signed":
@@ -243,30 +267,33 @@ def plan_host(
             return KernelPlan(host, "skip", "left alone: no driver branch to name the signed module package",
                               blocked="no NVIDIA driver branch", **base)
         package = signed_module_package(branch, target)
-        offer = available.get(package)
+        offers = tuple(available.get(package, ()))
         has = installed_k is not None and package in installed_k.signed_module_packages
-        if not has and offer is None:
+        if not has and not offers:
             return KernelPlan(host, "skip", f"left alone: apt offers no {package} ({reason})",
                               blocked=f"{package} not available", target_kernel=target, module_source=source,
                               module_source_reason=reason, **base)
-        built_for = _signed_built_for(offer.depends) if offer is not None else None
-        if built_for and compare_versions(built_for, driver) > 0:
-            return KernelPlan(host, "skip", f"left alone: {package} is built for driver {built_for}, the host runs "
-                              f"{driver}", blocked=f"{package} needs driver {built_for}", target_kernel=target,
+        build = signed_build_for(offers, driver) if not has else None
+        if not has and build is None:
+            made = ", ".join(f"{o.version} (driver {_signed_built_for(o.depends) or '?'})" for o in offers)
+            return KernelPlan(host, "skip", f"left alone: no build of {package} for driver {driver} (apt has {made})",
+                              blocked=f"{package} has no build for driver {driver}", target_kernel=target,
                               module_source=source, module_source_reason=reason, **base)
-        if not has:
+        if not has and build is not None:
             install.append(package)
+            specs.append(f"{package}={build.version}")
         hold.append(package)
-        steps.append(f"install {' '.join(install) or 'nothing (installed)'}: {target} with Canonical's signed module "
-                     f"({reason})")
+        steps.append(f"install {' '.join(specs) or 'nothing (installed)'}: {target} with Canonical's signed module "
+                     f"built for {driver} ({reason})")
     else:
         headers = f"linux-headers-{target}"
-        if (installed_k is None or not installed_k.headers_installed) and headers not in available:
+        if (installed_k is None or not installed_k.headers_installed) and not available.get(headers):
             return KernelPlan(host, "skip", f"left alone: apt offers no {headers} for the DKMS build",
                               blocked=f"{headers} not available", target_kernel=target, module_source=source,
                               module_source_reason=reason, **base)
         if installed_k is None or not installed_k.headers_installed:
             install.append(headers)
+            specs.append(headers)
         hold.append(headers)
         steps.append(f"install {' '.join(install) or 'nothing (installed)'} ({reason})")
         steps.append(f"dkms autoinstall -k {target} (builds nvidia {driver})")
@@ -286,7 +313,7 @@ def plan_host(
     plan = KernelPlan(
         host, "update", f"{booted} -> {target} ({flavour}, module: {source})", target_kernel=target,
         target_version=target_version, module_source=source, module_source_reason=reason,
-        install_packages=tuple(install), unhold_packages=unhold,
+        install_packages=tuple(install), install_specs=tuple(specs), unhold_packages=unhold,
         hold_packages=tuple(dict.fromkeys(p for p in hold if p not in pkgs.held or p in unhold)),
         steps=tuple(steps), **base,
     )

@@ -48,9 +48,21 @@ def gpufleet_restore_undo_steps(journal, installed, held, grub_lines, present_pa
     return undo_steps_from_dicts(journal, list(installed), list(held), dict(grub_lines), list(present_paths))
 
 
+def gpufleet_signed_build(show_text, driver_upstream):
+    """``apt-cache show`` of a signed module package -> the version built for ``driver_upstream`` ('' when none)."""
+    from remediation.kernelupdate.rules import parse_available, signed_build_for
+
+    for offers in parse_available(show_text or "").values():
+        build = signed_build_for(offers, str(driver_upstream))
+        if build is not None:
+            return build.version
+    return ""
+
+
 class FilterModule:
     def filters(self):
         return {
+            "gpufleet_signed_build": gpufleet_signed_build,
             "gpufleet_restore_decision": gpufleet_restore_decision,
             "gpufleet_restore_method": gpufleet_restore_method,
             "gpufleet_restore_undo_steps": gpufleet_restore_undo_steps,
