@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from invoke import Collection
 
-from commands import aks, aoai, audit, demo, driver, harden, kernel, k8s, lab, quota, train
+from commands import aks, aoai, audit, demo, driver, harden, k8s, kernel, lab, quota, train
 from remediation.aoai.settings import AoaiSettings
 from remediation.azure.settings import AzureSettings
 from remediation.config import AuditSettings, KernelUpdateSettings, RestoreSettings, defaults

@@ -15,9 +15,9 @@ from dataclasses import dataclass
 
 __all__ = [
     "KernelRelease",
+    "flavour_metas",
     "flavour_of",
     "is_flavour_meta",
-    "flavour_metas",
     "meta_pattern",
     "parse_release",
     "signed_module_meta",
@@ -77,7 +77,7 @@ def flavour_metas(installed: Iterable[str], flavour: str | None) -> tuple[str, .
 
 
 def signed_module_package(branch: str, release: str) -> str:
-    """Ubuntu's signed precompiled NVIDIA module package for one kernel: ``linux-modules-nvidia-535-6.5.0-1025-azure``."""
+    """Ubuntu's signed NVIDIA module package of one kernel (``linux-modules-nvidia-535-6.5.0-1025-azure``)."""
     return f"linux-modules-nvidia-{branch}-{release}"
 
 

@@ -40,8 +40,8 @@ __all__ = [
     "driver_not_installed",
     "driver_not_loaded",
     "host_driver_version",
-    "nvml_failed_cause_unknown",
     "module_rejected_by_secure_boot",
+    "nvml_failed_cause_unknown",
     "nvml_hung",
     "version_mismatch",
 ]
@@ -301,8 +301,8 @@ def module_rejected_by_secure_boot(ev: Evidence) -> list[Finding]:
         evidence = [*_nvml_lines(ev), *(r.text for r in rejected)]
         named = next((r for r in rejected if r.module), None)
         what = f"module {named.module!r}" if named else "an unsigned module"
-        summary = (f"NVIDIA driver not loaded: Secure Boot refused {what} (the kernel log: "
-                   f"{'Key was rejected by service' if named and named.reason == 'key-rejected' else rejected[0].reason})"
+        words = "Key was rejected by service" if named and named.reason == "key-rejected" else rejected[0].reason
+        summary = (f"NVIDIA driver not loaded: Secure Boot refused {what} (the kernel log: {words})"
                    "; install the signed precompiled module package (linux-modules-nvidia-BRANCH-$(uname -r))")
         return [make_finding("GPU-DRV-008", summary, _uniq(evidence), host=ev.host)]
     if ev.nvml_class is None:

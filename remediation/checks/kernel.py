@@ -125,9 +125,10 @@ def kernel_not_held(ev: Evidence) -> list[Finding]:
     # The meta-packages of the booted flavour pull its next kernel in (linux-azure, linux-image-azure, ...,
     # linux-modules-nvidia-535-azure); where the flavour is not known, the policy's kernel patterns decide.
     flavour = facts.system.kernel_flavour
+    patterns = ev.policy.kernel_blacklist_patterns
     wanted.extend(
         name for name in pkgs.kernel_meta_names
-        if is_flavour_meta(name, flavour) or (flavour is None and matches_any(name, ev.policy.kernel_blacklist_patterns))
+        if is_flavour_meta(name, flavour) or (flavour is None and matches_any(name, patterns))
     )
     not_held = [name for name in wanted if name not in pkgs.held]
     if not not_held:

@@ -24,7 +24,7 @@ from remediation.audit import AuditOptions, AuditResult, HostAudit, run_audit
 from remediation.errors import RunnerError
 from remediation.fanout import Status, fan_out
 from remediation.inventory import Host
-from remediation.restore.flow import _apply_failure, _Applied, _cordon_markers
+from remediation.restore.flow import _Applied, _apply_failure, _cordon_markers
 from remediation.restore.journal import Journal, journal_from_dict
 from remediation.restore.lock import DEFAULT_TTL_S, HostLeases, LockInfo, fleet_lock, host_leases
 from remediation.restore.rules import MODULE_SOURCES
@@ -140,7 +140,9 @@ class KernelUpdateHooks:
     extra: dict[str, Any] = field(default_factory=dict)
 
 
-def _offers(before: AuditResult, hosts: Sequence[Host], options: AuditOptions) -> dict[str, dict[str, Available]]:
+def _offers(
+    before: AuditResult, hosts: Sequence[Host], options: AuditOptions
+) -> dict[str, dict[str, tuple[Available, ...]]]:
     """What apt offers each probed host for its booted flavour (one SSH round trip per host)."""
     by_query: dict[str, list[Host]] = {}
     by_name = {h.name: h for h in hosts}
@@ -150,7 +152,7 @@ def _offers(before: AuditResult, hosts: Sequence[Host], options: AuditOptions) -
             continue
         by_query.setdefault(available_query(f.system.kernel_flavour, f.packages.driver_branch), []).append(
             by_name[audit.host])
-    out: dict[str, dict[str, Available]] = {}
+    out: dict[str, dict[str, tuple[Available, ...]]] = {}
     for command, group in by_query.items():
         runs = fan_out(group, command, concurrency=options.concurrency, connect_timeout=options.connect_timeout,
                        timeout=60)

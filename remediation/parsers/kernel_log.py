@@ -157,7 +157,7 @@ class KernelLog:
         """Rejections of an NVIDIA module, and the lockdown lines (which name no module) when NVIDIA context is
         in the same log (a rejected nvidia, or no other module named)."""
         named = [r for r in self.module_rejections if r.module is not None]
-        nvidia = [r for r in named if r.module.startswith("nvidia")]
+        nvidia = [r for r in named if (r.module or "").startswith("nvidia")]
         lockdown = [r for r in self.module_rejections if r.module is None]
         if nvidia or (lockdown and not named):
             return tuple(nvidia + lockdown)

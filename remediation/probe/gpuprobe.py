@@ -989,7 +989,9 @@ def _driver_package(nvidia):
     return name, upstream, branch
 
 
-_SIGNED_PACKAGE_RE = re.compile(r"^linux-modules-nvidia-(?P<branch>\d+)(?:-server|-open|-server-open)?-(?P<release>.+)$")
+_SIGNED_PACKAGE_RE = re.compile(
+    r"^linux-modules-nvidia-(?P<branch>\d+)(?:-server|-open|-server-open)?-(?P<release>.+)$"
+)
 
 
 def _kernel_entry(options, release, image_package, installed, secure_boot=None):

@@ -83,7 +83,8 @@ class Journal:
 
 @dataclass(frozen=True)
 class UndoStep:
-    kind: str  # remove_packages | unhold | hold | grub_restore | grub_remove | dkms_remove | dkms_install | default_restore
+    # remove_packages | unhold | hold | grub_restore | grub_remove | dkms_remove | dkms_install | default_restore
+    kind: str
     packages: tuple[str, ...] = ()
     path: str | None = None
     line: str | None = None  # grub_restore: the line to put back

@@ -34,7 +34,8 @@ the old module loaded and its jobs running). When NVML failed and the probe coul
 either, the host is left alone too: nobody can say that no job runs there.
 
 Every changing action ends by holding the kernel the host will run (image, headers, its signed module package, the
-kernel meta-packages of the booted kernel's flavour) and the NVIDIA driver packages (GPU-KRN-002): only names dpkg knows, only those not held already (a hold that was
+kernel meta-packages of the booted kernel's flavour) and the NVIDIA driver packages (GPU-KRN-002): only names dpkg
+knows, only those not held already (a hold that was
 there before is never touched, so it is never undone either).
 """
 
@@ -61,9 +62,9 @@ __all__ = [
     "Prefer",
     "choose_module_source",
     "decide",
-    "kernel_meta",
     "grub_default_for",
     "is_cordoned",
+    "kernel_meta",
     "resolve_method",
 ]
 

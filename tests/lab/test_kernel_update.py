@@ -99,9 +99,8 @@ def test_a_healthy_generic_host_moves_with_dkms(generic: tuple[Any, dict[str, An
     assert state["kernel"] == GENERIC_NEW
     assert state["grub_default"] == "GRUB_DEFAULT=saved"
     assert state["saved"] == f"Advanced options for Ubuntu>Ubuntu, with Linux {GENERIC_NEW}"
-    assert {f"linux-image-{GENERIC_NEW}", f"linux-headers-{GENERIC_NEW}", f"linux-modules-{GENERIC_NEW}"} <= state["held"]
-    assert _host(lab, "gpu-1", "test -f /etc/apt/apt.conf.d/51gpufleet-package-blacklist && echo kept || echo none") \
-        == runs["before"]["gpu-1"].get("blacklist", "none")
+    held = {f"linux-image-{GENERIC_NEW}", f"linux-headers-{GENERIC_NEW}", f"linux-modules-{GENERIC_NEW}"}
+    assert held <= state["held"]
     audit = run_audit(_hosts(lab, "gpu-1"), AUDIT).host("gpu-1")
     assert audit.facts is not None and audit.facts.nvml.ok and audit.facts.system.kernel == GENERIC_NEW
     # It stays there: the next boot uses the saved default, not a one-shot entry.

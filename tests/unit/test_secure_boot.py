@@ -119,7 +119,9 @@ def test_module_signature_magic_plain_and_compressed(tmp_path: Path) -> None:
         (True, None, "package", True, None),
     ],
 )
-def test_would_load(present: bool, signed: bool | None, source: str | None, sb: bool | None, loads: bool | None) -> None:
+def test_would_load(
+    present: bool, signed: bool | None, source: str | None, sb: bool | None, loads: bool | None
+) -> None:
     assert gpuprobe.would_load(present, signed, source, sb) is loads
 
 
@@ -243,7 +245,10 @@ Dec 03 06:12:40 gpu-vm-7 systemd-modules-load[412]: Failed to insert module 'nvi
 Dec 03 06:12:40 gpu-vm-7 systemd-modules-load[412]: Failed to insert module 'nvidia_uvm': Key was rejected by service
 """  # noqa: E501
 
-OLD_KERNEL = "Mar 14 09:01:55 gpu-vm-7 kernel: [    5.120004] modprobe: ERROR: could not insert 'nvidia': Required key not available\n"
+OLD_KERNEL = (
+    "Mar 14 09:01:55 gpu-vm-7 kernel: [    5.120004] modprobe: ERROR: could not insert 'nvidia': "
+    "Required key not available\n"
+)
 
 
 def test_diagnose_recognises_a_secure_boot_rejection_in_nvidia_smi_text() -> None:
@@ -269,7 +274,10 @@ def test_diagnose_recognises_the_boot_journal_and_older_kernels() -> None:
 
 
 def test_a_rejection_of_another_module_is_not_an_nvidia_finding() -> None:
-    text = "[ 9.1] modprobe: ERROR: could not insert 'vboxdrv': Key was rejected by service\n[ 9.2] NVRM: loading NVIDIA UNIX x86_64 Kernel Module  535.183.01\n"
+    text = (
+        "[ 9.1] modprobe: ERROR: could not insert 'vboxdrv': Key was rejected by service\n"
+        "[ 9.2] NVRM: loading NVIDIA UNIX x86_64 Kernel Module  535.183.01\n"
+    )
     assert "GPU-DRV-008" not in {f.id for f in diagnose(text, kind="kernel-log").findings}
 
 
