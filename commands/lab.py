@@ -44,11 +44,11 @@ def the_lab(c: Any) -> Any:
     }
 )
 @edge
-def up(c, hosts=3, flavour=None, secure_boot=None):  # type: ignore[no-untyped-def]
+def up(c, hosts=3, flavour=None, secure_boot=False):  # type: ignore[no-untyped-def]
     """Start the simulated GPU fleet (builds and caches the base image on first use)."""
     from remediation.report.console import print_lab_up
 
-    result = the_lab(c).up(int(hosts), flavour=flavour, secure_boot=secure_boot)
+    result = the_lab(c).up(int(hosts), flavour=flavour, secure_boot=True if secure_boot else None)
     print_lab_up(result)
 
 

@@ -67,7 +67,10 @@ class LabConfig:
         """The flavour new hosts get: the flag, else ``lab.flavour``, else the VM size's."""
         chosen = flavour or self.flavour or default_flavour(self.sku)
         if chosen not in FLAVOURS:
-            raise LabError(f"kernel flavour {chosen!r} is not one the lab has; use one of: {', '.join(FLAVOURS)}")
+            raise LabError(
+                f"kernel flavour {chosen!r} (--flavour or lab.flavour) is not one the lab has;"
+                f" use one of: {', '.join(FLAVOURS)}"
+            )
         return chosen
 
     def validate(self) -> LabConfig:

@@ -187,12 +187,20 @@ def test_built_packages_are_valid_debs(tmp_path: Path) -> None:
     assert "Origin: Ubuntu" in release and "Suite: jammy-security" in release and "Packages.gz" in release
 
 
+def test_flavour_follows_the_flag_then_the_config_then_the_vm_size() -> None:
+    assert LabConfig().host_flavour() == "azure"  # an Azure VM size runs linux-azure
+    assert LabConfig(flavour="generic").host_flavour() == "generic"
+    assert LabConfig(flavour="generic").host_flavour("azure") == "azure"
+    assert LabConfig(sku="on-prem").host_flavour() == "generic"
+
+
 @pytest.mark.parametrize(
     ("setting", "message"),
     [
         ({"address_prefix": "10.0.0"}, "not in 127.0.0.0/8"),
         ({"address_prefix": "127.0"}, "is not the first three octets"),
         ({"hostz": 3}, "unknown lab setting"),
+        ({"flavour": "rhel"}, "kernel flavour 'rhel' .* is not one the lab has"),
     ],
 )
 def test_bad_lab_settings_are_named(setting: dict[str, object], message: str) -> None:
