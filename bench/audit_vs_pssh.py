@@ -88,6 +88,7 @@ def main() -> None:
                 "state_dir": str(tmp / "state"),
                 "address_prefix": test_prefix("127.0.60"),
                 "inventory_path": str(tmp / "hosts.yml"),
+                "flavour": "generic",
                 **(
                     {"cache_dir": str(ROOT / ".lab/cache")}
                     if not __import__("os").environ.get("GPULAB_CACHE_DIR")

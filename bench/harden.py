@@ -47,6 +47,7 @@ def main() -> None:
         "state_dir": str(tmp / "state"),
         "address_prefix": test_prefix("127.0.61"),
         "inventory_path": str(tmp / "hosts.yml"),
+        "flavour": "generic",
     }
     if not os.environ.get("GPULAB_CACHE_DIR"):
         settings["cache_dir"] = str(ROOT / ".lab/cache")

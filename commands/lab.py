@@ -20,6 +20,9 @@ FAULTS = (
     "apt-lock",
     "hang",
     "gpu-job",
+    "secure-boot",
+    "dkms-build-fail",
+    "new-kernel-panic",
 )
 
 
@@ -31,13 +34,21 @@ def the_lab(c: Any) -> Any:
     return Lab(LabConfig.from_mapping(c.config.get("lab", {}), root=ROOT))
 
 
-@task(help={"hosts": "number of hosts, gpu-1 .. gpu-N (1-200)"})
+@task(
+    help={
+        "hosts": "number of hosts, gpu-1 .. gpu-N (1-200)",
+        "flavour": "kernel flavour of hosts created now: azure or generic (default: lab.flavour, else the VM"
+        " size's: azure for Azure sizes)",
+        "secure_boot": "hosts created now are Trusted Launch VMs: Secure Boot on, signed NVIDIA module"
+        " (default: lab.secure_boot)",
+    }
+)
 @edge
-def up(c, hosts=3):  # type: ignore[no-untyped-def]
+def up(c, hosts=3, flavour=None, secure_boot=False):  # type: ignore[no-untyped-def]
     """Start the simulated GPU fleet (builds and caches the base image on first use)."""
     from remediation.report.console import print_lab_up
 
-    result = the_lab(c).up(int(hosts))
+    result = the_lab(c).up(int(hosts), flavour=flavour, secure_boot=True if secure_boot else None)
     print_lab_up(result)
 
 

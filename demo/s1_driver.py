@@ -47,7 +47,7 @@ def run(ctx: SceneContext) -> bool:
     for name in lab.existing_hosts():
         if lab.supervisor_pid() is not None and name in ("gpu-1", "gpu-2", "gpu-3"):
             lab.clear(name)  # a demo always starts from fresh, unhardened hosts
-    up = lab.up(max(hosts, 3))
+    up = lab.up(max(hosts, 3), flavour="generic")
     console.print(
         f"{len(up.hosts)} simulated Azure GPU VMs ({lab.cfg.sku}) up in {up.seconds:.1f} s; inventory {up.inventory}"
     )

@@ -103,7 +103,7 @@ def _monitor(ctx: SceneContext) -> bool:
 
     console, lab = ctx.console, ctx.lab
     if lab.supervisor_pid() is None or HOST not in lab.existing_hosts():
-        lab.up(max(ctx.hosts, 3))
+        lab.up(max(ctx.hosts, 3), flavour="generic")
     try:
         inject(lab, HOST, "memory-full")
         console.print(f"lab fault on {HOST}: memory-full (a second job holds the GPU)")

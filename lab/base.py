@@ -3,9 +3,11 @@
 Two cache levels under the cache directory:
 
 * ``debootstrap-<suite>/``: the plain debootstrap result (needs the Debian mirror; ~40 s, ~290 MB).
-* ``base-<key>/``: that root customised for the lab (its apt repository, the simulated NVIDIA driver and
-  kernels installed, sshd configured, the lab's shims), plus the repository and native binaries. ``key``
-  hashes every input, so a change to the lab's packages or native code rebuilds it (seconds, no network).
+* ``base-<key>/``: that root customised for the lab, once per kernel flavour (``root/`` generic,
+  ``root-azure/``): the apt repository, the simulated NVIDIA driver and the flavour's kernel installed, GRUB's
+  stand-in and a generated grub.cfg, sshd configured, the lab's shims, Ubuntu 22.04's identity
+  (``/etc/os-release``) and Ubuntu's stock unattended-upgrades configuration; plus the repository and native
+  binaries. ``key`` hashes every input, so a change to the lab's packages or native code rebuilds it (no network).
 
 Each level is built in a temporary directory and renamed into place at the end: an interrupted build leaves
 nothing that looks finished.
@@ -34,7 +36,100 @@ NATIVE = LAB_DIR / "native"
 HOSTFILES = LAB_DIR / "hostfiles"
 DEBOOTSTRAP_INCLUDE = ("openssh-server", "python3", "apt-utils", "unattended-upgrades", "cron", "procps")
 REPO_MOUNT = "/srv/gpulab-repo"
-BASE_FORMAT = "2"
+BASE_FORMAT = "3"
+
+ETC_DEFAULT_GRUB = """\
+# If you change this file, run 'update-grub' afterwards to update
+# /boot/grub/grub.cfg.
+# For full documentation of the options in this file, see:
+#   info -f grub -n 'Simple configuration'
+
+GRUB_DEFAULT=0
+GRUB_TIMEOUT_STYLE=hidden
+GRUB_TIMEOUT=0
+GRUB_DISTRIBUTOR=`lsb_release -i -s 2> /dev/null || echo Debian`
+GRUB_CMDLINE_LINUX_DEFAULT="quiet splash"
+GRUB_CMDLINE_LINUX=""
+"""
+CLOUDIMG_GRUB = """\
+# Cloud Image specific Grub settings for Generic Cloud Images
+# CLOUD_IMG: This file was created/modified by the Cloud Image build process
+
+# Set the recordfail timeout
+GRUB_RECORDFAIL_TIMEOUT=0
+
+# Do not wait on grub prompt
+GRUB_TIMEOUT=0
+
+# Set the default commandline
+GRUB_CMDLINE_LINUX_DEFAULT="console=tty1 console=ttyS0 earlyprintk=ttyS0"
+
+# Set the grub console type
+GRUB_TERMINAL=console
+"""
+OS_RELEASE = """\
+PRETTY_NAME="Ubuntu 22.04.4 LTS"
+NAME="Ubuntu"
+VERSION_ID="22.04"
+VERSION="22.04.4 LTS (Jammy Jellyfish)"
+VERSION_CODENAME=jammy
+ID=ubuntu
+ID_LIKE=debian
+HOME_URL="https://www.ubuntu.com/"
+SUPPORT_URL="https://help.ubuntu.com/"
+BUG_REPORT_URL="https://bugs.launchpad.net/ubuntu/"
+PRIVACY_POLICY_URL="https://www.ubuntu.com/legal/terms-and-policies/privacy-policy"
+UBUNTU_CODENAME=jammy
+"""
+LSB_RELEASE = """\
+DISTRIB_ID=Ubuntu
+DISTRIB_RELEASE=22.04
+DISTRIB_CODENAME=jammy
+DISTRIB_DESCRIPTION="Ubuntu 22.04.4 LTS"
+"""
+# The Allowed-Origins and defaults of Ubuntu 22.04's /etc/apt/apt.conf.d/50unattended-upgrades (comments
+# shortened; every setting as shipped).
+UBUNTU_UNATTENDED_UPGRADES = """\
+// Automatically upgrade packages from these (origin:archive) pairs
+//
+// Note that in Ubuntu security updates may pull in new dependencies
+// from non-security sources (e.g. chromium). By allowing the release
+// pocket these get automatically pulled in.
+Unattended-Upgrade::Allowed-Origins {
+	"${distro_id}:${distro_codename}";
+	"${distro_id}:${distro_codename}-security";
+	// Extended Security Maintenance; doesn't necessarily exist for
+	// every release and this system may not have it installed, but if
+	// available, the policy for updates is such that unattended-upgrades
+	// should also install from here by default.
+	"${distro_id}ESMApps:${distro_codename}-apps-security";
+	"${distro_id}ESM:${distro_codename}-infra-security";
+//	"${distro_id}:${distro_codename}-updates";
+//	"${distro_id}:${distro_codename}-proposed";
+//	"${distro_id}:${distro_codename}-backports";
+};
+
+// Python regular expressions, matching packages to exclude from upgrading
+Unattended-Upgrade::Package-Blacklist {
+    // The following matches all packages starting with linux-
+//  "linux-";
+};
+
+// This option controls whether the development release of Ubuntu will be
+// upgraded automatically. Valid values are "true", "false", and "auto".
+Unattended-Upgrade::DevRelease "auto";
+
+// Split the upgrade into the smallest possible chunks so that
+// they can be interrupted with SIGTERM.
+//Unattended-Upgrade::MinimalSteps "true";
+
+// Do automatic removal of unused packages after the upgrade
+//Unattended-Upgrade::Remove-Unused-Dependencies "false";
+
+// Automatically reboot *WITHOUT CONFIRMATION* if
+//  the file /var/run/reboot-required is found after the upgrade
+//Unattended-Upgrade::Automatic-Reboot "false";
+"""
 
 
 @dataclass(frozen=True)
@@ -45,7 +140,11 @@ class Base:
 
     @property
     def root(self) -> Path:
-        return self.path / "root"
+        return self.root_for("generic")
+
+    def root_for(self, flavour: str) -> Path:
+        """The host root of that kernel flavour (``root`` for generic, ``root-<flavour>`` otherwise)."""
+        return self.path / ("root" if flavour == "generic" else f"root-{flavour}")
 
     @property
     def repo(self) -> Path:
@@ -175,11 +274,12 @@ chroot "$R" apt-get install -y -q --no-install-recommends {install}
 chroot "$R" apt-mark auto {auto} >/dev/null
 chroot "$R" apt-get clean
 chroot "$R" dpkg-divert --local --rename --add /usr/bin/dmesg
+chroot "$R" dpkg-divert --local --rename --add /usr/lib/os-release
 rm -f "$R/usr/sbin/policy-rc.d"
 """
 
 
-def _customize(root: Path, repo: Path, native: dict[str, Path], log: Path) -> None:
+def _customize(root: Path, repo: Path, native: dict[str, Path], log: Path, flavour: str) -> None:
     # Sources: only the lab repository (hosts have no network); Debian's lists are dropped so that hosts do
     # not rebuild ~70 MB of apt caches in their overlays.
     (root / "etc/apt/sources.list").unlink(missing_ok=True)
@@ -188,18 +288,23 @@ def _customize(root: Path, repo: Path, native: dict[str, Path], log: Path) -> No
     (root / "etc/apt/sources.list.d/gpulab.list").write_text(
         "".join(f"deb [trusted=yes] file:{REPO_MOUNT}/{pocket} ./\n" for pocket in packages.POCKETS)
     )
-    boot = packages.BOOT_KERNEL
+    boot = packages.boot_kernel(flavour)
     install = [
-        f"linux-image-generic={packages.meta_version(boot)}",
+        "grub2-common",
+        "mokutil",
+        "kmod",
+        f"linux-image-{flavour}={packages.meta_version(boot)}",
         f"linux-headers-{boot}={packages.kernel_version(boot)}",
         *(
             f"{name}-{packages.DRIVER_BRANCH}={packages.driver_version(packages.BOOT_DRIVER)}"
-            for name in ("nvidia-driver", "nvidia-utils", "libnvidia-compute")
+            for name in ("nvidia-driver", "nvidia-utils", "libnvidia-compute", "nvidia-kernel-common")
         ),
         f"walinuxagent={packages.AGENT_VERSIONS[0]}",
     ]
     auto = [f"linux-image-{boot}", f"linux-modules-{boot}", "dkms"]
-    auto += [f"{name}-{packages.DRIVER_BRANCH}" for name in ("nvidia-utils", "libnvidia-compute")]
+    auto += [
+        f"{name}-{packages.DRIVER_BRANCH}" for name in ("nvidia-utils", "libnvidia-compute", "nvidia-kernel-common")
+    ]
     script = CUSTOMIZE.replace("{repo_mount}", REPO_MOUNT)
     script = script.replace("{install}", " ".join(install)).replace("{auto}", " ".join(auto))
     _run(
@@ -218,9 +323,10 @@ def _customize(root: Path, repo: Path, native: dict[str, Path], log: Path) -> No
             str(repo),
         ],
         log,
-        "installing the simulated kernel and NVIDIA driver into the base",
+        f"installing the simulated {flavour} kernel and NVIDIA driver into the base",
     )
     _install_lab_files(root, native)
+    _run(["chroot", str(root), "update-grub"], log, f"update-grub in the {flavour} base")
 
 
 def _put(root: Path, dest: str, src: Path | str, mode: int = 0o644) -> None:
@@ -259,24 +365,22 @@ def _install_lab_files(root: Path, native: dict[str, Path]) -> None:
     )
     for key in (root / "etc/ssh").glob("ssh_host_*"):
         key.unlink()  # every host gets its own key at creation
-    _put(
-        root,
-        "/etc/default/grub",
-        '# gpulab: the simulated boot loader honours GRUB_DEFAULT ("0" = newest kernel, or\n'
-        '# "Advanced options for Ubuntu>Ubuntu, with Linux <release>")\nGRUB_DEFAULT=0\nGRUB_TIMEOUT=0\n',
-    )
+    # Ubuntu's stock boot-loader defaults and an Azure cloud image's grub.d settings.
+    _put(root, "/etc/default/grub", ETC_DEFAULT_GRUB)
+    _put(root, "/etc/default/grub.d/50-cloudimg-settings.cfg", CLOUDIMG_GRUB)
+    _put(root, "/boot/grub/grubenv", "# GRUB Environment Block\n".ljust(1024, "#"))
+    # Ubuntu 22.04's identity, so `lsb_release` (Debian's reads os-release) and unattended-upgrades'
+    # ${distro_id}/${distro_codename} say Ubuntu/jammy.
+    _put(root, "/usr/lib/os-release", OS_RELEASE)
+    _put(root, "/etc/lsb-release", LSB_RELEASE)
     _put(
         root,
         "/etc/apt/apt.conf.d/20auto-upgrades",
         'APT::Periodic::Update-Package-Lists "1";\nAPT::Periodic::Unattended-Upgrade "1";\n',
     )
-    _put(
-        root,
-        "/etc/apt/apt.conf.d/51gpulab-origins",
-        "// gpulab: the lab repository plays Ubuntu's archive; as on Ubuntu, only the -security pocket is\n"
-        "// upgraded unattended.\nUnattended-Upgrade::Origins-Pattern {\n"
-        f'    "origin={packages.ORIGIN},archive={packages.POCKETS["security"]}";\n}};\n',
-    )
+    # Ubuntu's stock unattended-upgrades configuration, unchanged: the lab repository's Release says
+    # Origin: Ubuntu, Suite: jammy-security, which its "${distro_id}:${distro_codename}-security" selects.
+    _put(root, "/etc/apt/apt.conf.d/50unattended-upgrades", UBUNTU_UNATTENDED_UPGRADES)
     for leftover in ("run/reboot-required", "run/reboot-required.pkgs"):
         (root / leftover).unlink(missing_ok=True)
     (root / "var/log/kern.log").touch()
@@ -296,9 +400,11 @@ def ensure_base(cfg: LabConfig) -> Base:
     try:
         native = _build_native(tmp / "native")
         packages.build_repo(tmp / "repo", lambda version: native[version])
-        _run(["cp", "-a", "--reflink=auto", str(deboot), str(tmp / "root")], log, "copying the debootstrap root")
-        (tmp / "root/.gpulab-complete").unlink(missing_ok=True)
-        _customize(tmp / "root", tmp / "repo", native, log)
+        for flavour in packages.FLAVOURS:
+            root = Base(tmp).root_for(flavour)
+            _run(["cp", "-a", "--reflink=auto", str(deboot), str(root)], log, "copying the debootstrap root")
+            (root / ".gpulab-complete").unlink(missing_ok=True)
+            _customize(root, tmp / "repo", native, log, flavour)
         (tmp / ".gpulab-complete").write_text(key + "\n")
         if final.exists():
             shutil.rmtree(final)

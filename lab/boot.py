@@ -8,11 +8,22 @@ What a boot does, like firmware + boot loader + early kernel:
 * mounts the host's root (overlay: the shared read-only base below, the host's own upper dir above),
   a fresh ``/proc``, ``/run`` (tmpfs: cleared at every boot, as on a real host), a minimal ``/dev``,
   the lab apt repository read-only, and the host's hardware state read-only at ``/run/gpulab/hw``;
-* picks the kernel to boot: the one named by ``GRUB_DEFAULT`` in ``/etc/default/grub`` when installed,
-  else the newest installed ``/boot/vmlinuz-*``;
-* "loads" the NVIDIA module when ``/lib/modules/<kernel>/updates/dkms/nvidia.ko`` exists (the version it
-  carries goes to ``/run/gpulab/module``, which the simulated NVML compares with its own) and creates the
-  device files it would (``/dev/nvidiactl``, ``/dev/nvidia-uvm``, ``/dev/nvidia<i>``);
+* picks the kernel to boot as GRUB does, from ``/boot/grub/grub.cfg`` (written by ``update-grub``) and
+  ``/boot/grub/grubenv`` only, never ``/etc/default/grub``: a one-shot ``next_entry`` (``grub-reboot``) wins
+  and is consumed by this boot, else the ``set default=`` of grub.cfg (``${saved_entry}`` for
+  ``GRUB_DEFAULT=saved``); an entry is a number, a title, an id or a ``>`` path of them; one that names
+  nothing boots entry 0. With no grub.cfg at all the newest installed ``/boot/vmlinuz-*`` boots;
+* applies the host's firmware: Secure Boot on or off (``<host>/firmware.json``, set when the host is created or
+  by the ``secure-boot`` fault), shown as the EFI variable under ``/sys/firmware/efi/efivars`` and
+  ``/sys/kernel/security/lockdown``; under Secure Boot the kernel is locked down;
+* panics instead of booting when the ``new-kernel-panic`` fault is set and the chosen kernel is newer than the
+  one booted when it was set (``<host>/panic-above``): the kernel log gets the panic, the host stays down a few
+  seconds and restarts (``kernel.panic``), choosing from grub.cfg again;
+* "loads" the NVIDIA module modprobe would find (``updates/`` before the kernel's own tree, as Ubuntu's
+  depmod.conf orders them): a module is signed when its file ends with the kernel's signature magic; under
+  Secure Boot an unsigned one is refused (the Lockdown line instead of NVRM's); a loaded module's version goes
+  to ``/run/gpulab/module``, which the simulated NVML compares with its own, and the device files it would
+  create appear (``/dev/nvidiactl``, ``/dev/nvidia-uvm``, ``/dev/nvidia<i>``);
 * writes the kernel ring buffer (``/run/gpulab/kmsg``) and appends it to ``/var/log/kern.log``;
 * gives the host a new boot id, bound over ``/proc/sys/kernel/random/boot_id``, and its kernel release,
   bound over ``/proc/sys/kernel/osrelease`` (``uname()`` callers see it through the preload library).
@@ -60,6 +71,98 @@ def bind(src: Path | str, dst: Path | str, readonly: bool = False) -> None:
         mount("none", dst, None, MS_BIND | MS_REMOUNT | MS_RDONLY)
 
 
+GRUBENV = "boot/grub/grubenv"
+GRUB_CFG = "boot/grub/grub.cfg"
+SIGNATURE_MAGIC = b"~Module signature appended~\n"
+EFI_SECURE_BOOT = "SecureBoot-8be4df61-93ca-11d2-aa0d-00e098032b8c"
+PANIC_DOWN_SECONDS = 3.0
+
+
+def read_grubenv(root: Path) -> dict[str, str]:
+    try:
+        text = (root / GRUBENV).read_text(errors="replace")
+    except OSError:
+        return {}
+    env = {}
+    for line in text.splitlines():
+        if line.startswith("#") or "=" not in line:
+            continue
+        k, v = line.split("=", 1)
+        env[k] = v
+    return env
+
+
+def write_grubenv(root: Path, env: dict[str, str]) -> None:
+    """As GRUB's save_env: a 1024-byte block, header, name=value lines, '#' padding."""
+    text = "# GRUB Environment Block\n" + "".join(f"{k}={v}\n" for k, v in env.items())
+    path = root / GRUBENV
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(".grubenv.gpulab")
+    tmp.write_text(text.ljust(1024, "#"))
+    os.replace(tmp, path)
+
+
+MenuNode = tuple[str, str, "str | list[MenuNode]"]  # (title, id, kernel release | children)
+
+
+def parse_grub_cfg(text: str) -> tuple[str, bool, list[MenuNode]]:
+    """The default expression of grub.cfg's 00_header, whether it honours ``next_entry``, and the menu tree."""
+    default = "0"
+    next_entry = False
+    top: list[MenuNode] = []
+    stack: list[list[MenuNode]] = [top]
+    current: list[str | None] | None = None  # [title, id, kernel] of the menuentry being read
+    depth_kinds: list[str] = []
+    for raw in text.splitlines():
+        line = raw.strip()
+        if line.startswith('if [ "${next_entry}" ]'):
+            next_entry = True
+        m = re.match(r'set default="([^"]*)"$', line)
+        if m and m.group(1) != "${next_entry}":
+            default = m.group(1)
+        m = re.match(r"(menuentry|submenu)\s+'([^']*)'.*?(?:\$menuentry_id_option|--id)\s+'([^']*)'.*\{$", line)
+        if m:
+            kind, title, ident = m.groups()
+            if kind == "submenu":
+                children: list[MenuNode] = []
+                stack[-1].append((title, ident, children))
+                stack.append(children)
+                depth_kinds.append("submenu")
+            else:
+                current = [title, ident, None]
+                depth_kinds.append("menuentry")
+            continue
+        m = re.match(r"linux\s+/boot/vmlinuz-(\S+)", line)
+        if m and current is not None:
+            current[2] = m.group(1)
+            continue
+        if line == "}" and depth_kinds:
+            kind = depth_kinds.pop()
+            if kind == "submenu":
+                stack.pop()
+            elif current is not None:
+                stack[-1].append((str(current[0]), str(current[1]), str(current[2] or "")))
+                current = None
+    return default, next_entry, top
+
+
+def resolve_entry(menu: list[MenuNode], entry: str) -> str | None:
+    """The kernel release an entry (number, title, id, or a ``>`` path of them) boots; None if it names none."""
+    level: list[MenuNode] | str = menu
+    for part in entry.split(">"):
+        if isinstance(level, str):
+            return None
+        node = None
+        if part.isdigit():
+            node = level[int(part)] if int(part) < len(level) else None
+        else:
+            node = next((n for n in level if part in (n[0], n[1])), None)
+        if node is None:
+            return None
+        level = node[2]
+    return level if isinstance(level, str) and level else None
+
+
 def version_key(release: str) -> tuple[int, ...]:
     return tuple(int(x) for x in re.findall(r"\d+", release))
 
@@ -71,39 +174,98 @@ def installed_kernels(root: Path) -> list[str]:
     return sorted((p.name[len("vmlinuz-") :] for p in boot.glob("vmlinuz-*")), key=version_key)
 
 
-def grub_default(root: Path) -> str | None:
+def grub_choice(root: Path) -> tuple[str | None, bool]:
+    """(kernel to boot, whether a one-shot ``next_entry`` chose it), as GRUB reads grub.cfg and grubenv."""
+    kernels = installed_kernels(root)
     try:
-        text = (root / "etc/default/grub").read_text()
+        text = (root / GRUB_CFG).read_text(errors="replace")
     except OSError:
-        return None
-    value = None
-    for line in text.splitlines():
-        m = re.match(r"\s*GRUB_DEFAULT=(.*)$", line)
-        if m:
-            value = m.group(1).strip().strip("\"'")
-    if value:
-        m = re.search(r"with Linux (\S+?)(?:\s|$|\))", value)
-        if m:
-            return m.group(1)
-    return None
+        return (kernels[-1] if kernels else None), False
+    default, honours_next, menu = parse_grub_cfg(text)
+    env = read_grubenv(root)
+    once = honours_next and bool(env.get("next_entry"))
+    entry = env["next_entry"] if once else default
+    entry = re.sub(r"\$\{(\w+)\}", lambda m: env.get(m.group(1), ""), entry)
+    chosen = resolve_entry(menu, entry) if entry else None
+    if chosen is None:
+        chosen = resolve_entry(menu, "0")  # GRUB boots entry 0 when the default names nothing
+    if chosen is None or chosen not in kernels:
+        chosen = kernels[-1] if kernels else None  # a stale grub.cfg; the lab still boots something
+    return chosen, once
 
 
 def choose_kernel(root: Path) -> str | None:
-    kernels = installed_kernels(root)
-    pinned = grub_default(root)
-    if pinned and pinned in kernels:
-        return pinned
-    return kernels[-1] if kernels else None
+    return grub_choice(root)[0]
+
+
+def consume_next_entry(root: Path) -> None:
+    """grub.cfg's ``set next_entry=`` + ``save_env next_entry``: the one-shot entry is used up."""
+    env = read_grubenv(root)
+    env["next_entry"] = ""
+    write_grubenv(root, env)
+
+
+def find_module(root: Path, kernel: str, name: str = "nvidia") -> Path | None:
+    """The file modprobe would load for ``name``: ``updates/`` first, then the kernel's own tree."""
+    base = root / "lib/modules" / kernel
+    for top in ("updates", "ubuntu", "kernel"):
+        found = sorted(
+            p for p in (base / top).rglob("*.ko*") if p.name.split(".ko", 1)[0].replace("-", "_") == name
+        ) if (base / top).is_dir() else []
+        if found:
+            return found[0]
+    return None
+
+
+def module_signed(path: Path) -> bool:
+    try:
+        with path.open("rb") as f:
+            f.seek(0, os.SEEK_END)
+            size = f.tell()
+            f.seek(max(size - len(SIGNATURE_MAGIC), 0))
+            return f.read() == SIGNATURE_MAGIC
+    except OSError:
+        return False
+
+
+def module_file_version(path: Path) -> str:
+    try:
+        data = path.read_bytes()
+    except OSError:
+        return "unknown"
+    m = re.search(rb"(?:^|\x00)version=([0-9][0-9A-Za-z.+~_-]*)\x00", data) or re.search(
+        rb"(?m)^version:\s*(\S+)", data
+    )
+    return m.group(1).decode() if m else "unknown"
 
 
 def module_version(root: Path, kernel: str) -> str | None:
-    ko = root / "lib/modules" / kernel / "updates/dkms/nvidia.ko"
+    """The version of the NVIDIA module modprobe would load for ``kernel`` (None: no module)."""
+    path = find_module(root, kernel)
+    return None if path is None else module_file_version(path)
+
+
+def read_firmware(host_dir: Path) -> dict[str, object]:
     try:
-        text = ko.read_text(errors="replace")
-    except OSError:
-        return None
-    m = re.search(r"^version:\s*(\S+)", text, re.M)
-    return m.group(1) if m else "unknown"
+        data = json.loads((host_dir / "firmware.json").read_text())
+    except (OSError, ValueError):
+        return {}
+    return data if isinstance(data, dict) else {}
+
+
+def make_sys(root: Path, secure_boot: bool) -> None:
+    """A read-only /sys with what the firmware and the kernel say about Secure Boot and lockdown."""
+    sys_dir = root / "sys"
+    mount("tmpfs", sys_dir, "tmpfs", 0, "mode=755,size=64k")
+    efivars = sys_dir / "firmware/efi/efivars"
+    efivars.mkdir(parents=True)
+    (efivars / EFI_SECURE_BOOT).write_bytes(b"\x06\x00\x00\x00" + (b"\x01" if secure_boot else b"\x00"))
+    security = sys_dir / "kernel/security"
+    security.mkdir(parents=True)
+    (security / "lockdown").write_text(
+        "none [integrity] confidentiality\n" if secure_boot else "[none] integrity confidentiality\n"
+    )
+    mount("none", sys_dir, None, MS_REMOUNT | MS_RDONLY)
 
 
 def read_hw(hw_file: Path) -> dict[str, str]:
@@ -118,7 +280,15 @@ def read_hw(hw_file: Path) -> dict[str, str]:
     return values
 
 
-def kmsg_lines(kernel: str, module: str | None, hw: dict[str, str], boot_id: str) -> list[tuple[float, str]]:
+def kmsg_lines(
+    kernel: str,
+    module: str | None,
+    hw: dict[str, str],
+    boot_id: str,
+    secure_boot: bool = False,
+    signed: bool = False,
+    panic: bool = False,
+) -> list[tuple[float, str]]:
     abi = kernel.split("-")[1] if "-" in kernel else "0"
     lines = [
         (
@@ -132,8 +302,28 @@ def kmsg_lines(kernel: str, module: str | None, hw: dict[str, str], boot_id: str
             " console=ttyS0 earlyprintk=ttyS0",
         ),
         (0.412303, "Hypervisor detected: Microsoft Hyper-V"),
+        (0.501207, f"secureboot: Secure boot {'enabled' if secure_boot else 'disabled'}"),
     ]
+    if secure_boot:
+        lines.append((0.501209, "Kernel is locked down from EFI Secure Boot mode; see man kernel_lockdown.7"))
+    if panic:
+        abi_tag = f"#{abi}~22.04.1-Ubuntu"
+        return [
+            *lines,
+            (1.873113, f'VFS: Cannot open root device "PARTUUID={boot_id[:8]}-01" or unknown-block(0,0): error -6'),
+            (1.873120, 'Please append a correct "root=" boot option; here are the available partitions:'),
+            (1.873201, "Kernel panic - not syncing: VFS: Unable to mount root fs on unknown-block(0,0)"),
+            (1.873245, f"CPU: 0 PID: 1 Comm: swapper/0 Not tainted {kernel} {abi_tag}"),
+            (1.873290, "Hardware name: Microsoft Corporation Virtual Machine/Virtual Machine, BIOS Hyper-V UEFI"),
+            (1.874012, "---[ end Kernel panic - not syncing: VFS: Unable to mount root fs on unknown-block(0,0) ]---"),
+        ]
     t = 4.212345
+    if module is not None and secure_boot and not signed:
+        return [
+            *lines,
+            (t, "Lockdown: systemd-modules: unsigned module loading is restricted; see man kernel_lockdown.7"),
+            (t + 0.000113, "systemd-modules-load[312]: Failed to insert module 'nvidia': Key was rejected by service"),
+        ]
     if module is None:
         lines.append((t, "systemd-modules-load[312]: Failed to find module 'nvidia'"))
         lines.append((t + 0.001, "systemd-modules-load[312]: Failed to find module 'nvidia-uvm'"))
@@ -141,6 +331,11 @@ def kmsg_lines(kernel: str, module: str | None, hw: dict[str, str], boot_id: str
     lines += [
         (t, "nvidia: loading out-of-tree module taints kernel."),
         (t + 0.000004, "nvidia: module license 'NVIDIA' taints kernel."),
+    ]
+    if not signed:
+        why = "signature and/or required key missing - tainting kernel"
+        lines.append((t + 0.000009, f"nvidia: module verification failed: {why}"))
+    lines += [
         (t + 0.051, "nvidia-nvlink: Nvlink Core is being initialized, major device number 235"),
         (t + 0.062, f"NVRM: loading NVIDIA UNIX x86_64 Kernel Module  {module}  Thu May 30 19:13:58 UTC 2024"),
     ]
@@ -197,19 +392,35 @@ def make_nvidia_devices(root: Path, hw: dict[str, str]) -> None:
         path.chmod(0o666)
 
 
-def boot(host_dir: Path, base_dir: Path) -> tuple[Path, str]:
+def flavour_root(base_dir: Path, flavour: str) -> Path:
+    """The base's host root for a kernel flavour (lab/base.py: ``root`` generic, ``root-<flavour>``)."""
+    return base_dir / ("root" if flavour == "generic" else f"root-{flavour}")
+
+
+def panics(host_dir: Path, kernel: str) -> bool:
+    """The ``new-kernel-panic`` fault: any kernel newer than the one booted when it was set panics."""
+    try:
+        above = (host_dir / "panic-above").read_text().strip()
+    except OSError:
+        return False
+    return bool(above) and version_key(kernel) > version_key(above)
+
+
+def boot(host_dir: Path, base_dir: Path) -> tuple[Path, str, bool]:
+    """Boot the host; returns its root, the boot id and whether this boot panicked."""
     if os.getpid() != 1:
         raise SystemExit("lab.boot: must run as PID 1 of a new PID namespace (the lab supervisor starts it)")
     spec = json.loads((host_dir / "host.json").read_text())
     name = spec["name"]
     root = host_dir / "root"
+    lower = flavour_root(base_dir, str(spec.get("flavour", "generic")))
     mount("none", "/", None, MS_REC | MS_PRIVATE)
     mount(
         "overlay",
         root,
         "overlay",
         0,
-        f"lowerdir={base_dir / 'root'},upperdir={host_dir / 'upper'},workdir={host_dir / 'work'}",
+        f"lowerdir={lower},upperdir={host_dir / 'upper'},workdir={host_dir / 'work'}",
     )
     mount("proc", root / "proc", "proc", 0, None)
     mount("tmpfs", root / "run", "tmpfs", 0, "mode=755,size=32m")
@@ -221,33 +432,56 @@ def boot(host_dir: Path, base_dir: Path) -> tuple[Path, str]:
     repo = root / "srv/gpulab-repo"
     bind(base_dir / "repo", repo, readonly=True)
     socket.sethostname(name)
+    secure_boot = bool(read_firmware(host_dir).get("secure_boot", False))
+    make_sys(root, secure_boot)
 
     boot_id = str(uuid.uuid4())
     boot_time = time.time()
-    kernel = choose_kernel(root) or "unknown"
-    module = module_version(root, kernel)
+    chosen, once = grub_choice(root)
+    if once:
+        consume_next_entry(root)
+    kernel = chosen or "unknown"
+    panic = panics(host_dir, kernel)
+    path = None if panic else find_module(root, kernel)
+    signed = path is not None and module_signed(path)
+    module = None if path is None else module_file_version(path)
+    rejected = module is not None and secure_boot and not signed
     hw = read_hw(host_dir / "hw/gpus")
     (run / "boot_id").write_text(boot_id + "\n")
     (run / "boot_time").write_text(f"{int(boot_time)}\n")
     (run / "kernel").write_text(kernel + "\n")
     (run / "osrelease").write_text(kernel + "\n")
-    if module is not None:
+    if module is not None and not rejected:
         (run / "module").write_text(module + "\n")
         make_nvidia_devices(root, hw)
     bind(run / "boot_id", root / "proc/sys/kernel/random/boot_id", readonly=True)
     bind(run / "osrelease", root / "proc/sys/kernel/osrelease", readonly=True)
-    write_kmsg(root, name, kmsg_lines(kernel, module, hw, boot_id), boot_time)
-    record = {"time": boot_time, "boot_id": boot_id, "kernel": kernel, "module": module}
+    write_kmsg(root, name, kmsg_lines(kernel, module, hw, boot_id, secure_boot, signed, panic), boot_time)
+    record = {
+        "time": boot_time,
+        "boot_id": boot_id,
+        "kernel": kernel,
+        "module": None if rejected else module,
+        "module_path": None if path is None else str(path.relative_to(root)),
+        "signed": signed,
+        "secure_boot": secure_boot,
+        "next_entry": once,
+        "panic": panic,
+    }
     with (host_dir / "boots.log").open("a") as out:
         out.write(json.dumps(record) + "\n")
-    return root, boot_id
+    return root, boot_id, panic
 
 
 def main(argv: list[str]) -> None:
     host_dir, base_dir = Path(argv[1]), Path(argv[2])
-    root, _ = boot(host_dir, base_dir)
-    init = str(base_dir / "native/gpulab-init")
+    root, _, panic = boot(host_dir, base_dir)
     sys.stdout.flush()
+    if panic:  # the VM stays down, then restarts as kernel.panic makes it (the supervisor boots it again)
+        print(f"lab.boot: kernel panic on {host_dir.name}; restarting", flush=True)
+        time.sleep(PANIC_DOWN_SECONDS)
+        sys.exit(100)
+    init = str(base_dir / "native/gpulab-init")
     os.execv(init, ["gpulab-init", str(root)])  # noqa: S606 - becomes PID 1 of the host, no shell involved
 
 

@@ -18,6 +18,12 @@ from remediation.errors import LabError
 
 MAX_HOSTS = 200
 DEFAULT_SKU = "Standard_NC48ads_A100_v4"
+FLAVOURS = ("generic", "azure")
+
+
+def default_flavour(sku: str) -> str:
+    """The kernel flavour a host of that VM size runs: Ubuntu on Azure (``Standard_*``) runs ``linux-azure``."""
+    return "azure" if sku.startswith("Standard_") else "generic"
 
 
 def test_prefix(prefix: str) -> str:
@@ -43,6 +49,8 @@ class LabConfig:
     mirror: str = "http://deb.debian.org/debian"
     suite: str = "bookworm"
     sku: str = DEFAULT_SKU
+    flavour: str = ""  # kernel flavour of new hosts: generic | azure; empty: from the VM size (Azure: azure)
+    secure_boot: bool = False  # new hosts are Trusted Launch VMs (Secure Boot on)
     boot_delay: float = 1.0  # seconds a rebooting host stays down
     ready_timeout: float = 30.0  # seconds lab.up waits for every sshd
     inventory_path: Path = Path("inventories/lab/hosts.yml")
@@ -55,7 +63,19 @@ class LabConfig:
     def address(self, index: int) -> str:
         return f"{self.address_prefix}.{index}"
 
+    def host_flavour(self, flavour: str | None = None) -> str:
+        """The flavour new hosts get: the flag, else ``lab.flavour``, else the VM size's."""
+        chosen = flavour or self.flavour or default_flavour(self.sku)
+        if chosen not in FLAVOURS:
+            raise LabError(
+                f"kernel flavour {chosen!r} (--flavour or lab.flavour) is not one the lab has;"
+                f" use one of: {', '.join(FLAVOURS)}"
+            )
+        return chosen
+
     def validate(self) -> LabConfig:
+        if self.flavour:
+            self.host_flavour()
         try:
             net = ipaddress.ip_address(f"{self.address_prefix}.1")
         except ValueError:
@@ -91,8 +111,15 @@ class LabConfig:
             inventory_path=(inventory if inventory.is_absolute() else root / inventory).resolve(),
             boot_delay=float(cfg.boot_delay),
             ready_timeout=float(cfg.ready_timeout),
+            secure_boot=_bool(cfg.secure_boot),
         )
         return cfg.validate()
+
+
+def _bool(value: object) -> bool:
+    if isinstance(value, str):
+        return value.strip().lower() in ("1", "true", "yes", "on")
+    return bool(value)
 
 
 @dataclass(frozen=True)

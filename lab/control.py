@@ -22,7 +22,7 @@ from typing import Any
 
 from remediation.errors import LabError
 
-from . import hardware, inventory
+from . import hardware, inventory, packages
 from .base import Base, ensure_base
 from .config import MAX_HOSTS, LabConfig, LabPaths
 
@@ -39,6 +39,8 @@ class HostStatus:
     boot_id: str | None
     boots: int
     faults: tuple[str, ...]
+    flavour: str = "generic"
+    secure_boot: bool = False
 
 
 @dataclass(frozen=True)
@@ -175,7 +177,8 @@ class Lab:
             ["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", "gpulab-controller", "-f", str(key)], check=True
         )
 
-    def create_host(self, index: int) -> None:
+    def create_host(self, index: int, flavour: str = "generic", secure_boot: bool = False) -> None:
+        """Create a host's disk, keys and firmware. Its kernel flavour and Trusted Launch setting are fixed here."""
         name = host_name(index)
         hdir = self.paths.host(name)
         keys = hdir / "keys"
@@ -200,7 +203,18 @@ class Lab:
         (hdir / "hw").mkdir(exist_ok=True)
         hardware.write_state(hdir / "hw/gpus", hardware.healthy_state(name, self.cfg.sku))
         (hdir / "faults").write_text("")
-        spec = {"name": name, "index": index, "address": self.cfg.address(index), "sku": self.cfg.sku}
+        spec = {
+            "name": name,
+            "index": index,
+            "address": self.cfg.address(index),
+            "sku": self.cfg.sku,
+            "flavour": flavour,
+            "secure_boot": secure_boot,
+        }
+        # A Trusted Launch host is provisioned with Secure Boot off (its signed NVIDIA module is installed first,
+        # see provision_signed_module), then turned on.
+        self.set_firmware(name, secure_boot=False)
+        (hdir / "panic-above").unlink(missing_ok=True)
         (hdir / "host.json").write_text(json.dumps(spec, indent=2) + "\n")
 
     def _fresh_upper(self, name: str, index: int) -> None:
@@ -226,6 +240,45 @@ class Lab:
         shutil.copyfile(self.paths.client_key.with_suffix(".pub"), ssh / "authorized_keys")
         (ssh / "authorized_keys").chmod(0o600)
 
+    def set_firmware(self, name: str, secure_boot: bool) -> None:
+        """The host's firmware settings (Secure Boot), read by the boot loader at the host's next boot."""
+        path = self.paths.host(name) / "firmware.json"
+        tmp = path.with_name(".firmware.json.tmp")
+        tmp.write_text(json.dumps({"secure_boot": secure_boot}) + "\n")
+        os.replace(tmp, path)
+
+    def firmware(self, name: str) -> dict[str, Any]:
+        try:
+            data: dict[str, Any] = json.loads((self.paths.host(name) / "firmware.json").read_text())
+        except (OSError, ValueError):
+            return {}
+        return data
+
+    def flavour(self, name: str) -> str:
+        return str(self.spec(name).get("flavour", "generic"))
+
+    def provision_signed_module(self, name: str) -> None:
+        """Make a host a Trusted Launch one: the signed NVIDIA module package for its booted kernel (built for
+        the installed driver) replaces the DKMS build of that kernel (DKMS stays registered), Secure Boot is
+        turned on, the host reboots."""
+        flavour = self.flavour(name)
+        release, driver = packages.boot_kernel(flavour), packages.BOOT_DRIVER
+        branch = packages.DRIVER_BRANCH
+        self.run_in_host(
+            name,
+            [
+                "apt-get",
+                "install",
+                "-y",
+                "-q",
+                f"linux-modules-nvidia-{branch}-{flavour}={packages.signed_meta_version(release, driver)}",
+                f"linux-modules-nvidia-{branch}-{release}={packages.signed_module_version(release, driver)}",
+            ],
+        )
+        self.run_in_host(name, ["dkms", "remove", "-m", "nvidia", "-v", driver, "-k", release])
+        self.set_firmware(name, secure_boot=True)
+        self.reboot(name)
+
     def lab_hosts(self) -> list[inventory.LabHost]:
         out = []
         for name in self.existing_hosts():
@@ -235,10 +288,14 @@ class Lab:
         return out
 
     # -- the verbs -----------------------------------------------------------------------------------------
-    def up(self, count: int) -> UpResult:
+    def up(self, count: int, flavour: str | None = None, secure_boot: bool | None = None) -> UpResult:
+        """Start hosts gpu-1 .. gpu-<count>; hosts created now get ``flavour`` (flag, else ``lab.flavour``,
+        else the VM size's) and, with ``secure_boot``, are Trusted Launch hosts. Existing hosts keep theirs."""
         require_root()
         if not 1 <= count <= MAX_HOSTS:
             raise LabError(f"--hosts {count} is out of range: the lab runs 1 to {MAX_HOSTS} hosts")
+        new_flavour = self.cfg.host_flavour(flavour)
+        trusted = self.cfg.secure_boot if secure_boot is None else secure_boot
         for tool in ("unshare", "nsenter", "ssh-keygen", "gcc"):
             if shutil.which(tool) is None:
                 raise LabError(f"{tool} not found: install the lab's Debian packages (the README's setup command)")
@@ -261,9 +318,10 @@ class Lab:
                     f"address(es) {', '.join(busy)} already have a listener on port 22: another lab or sshd uses"
                     " them; set lab.address_prefix (or stop the other lab)"
                 )
+            created = [host_name(i) for i in range(1, count + 1) if host_name(i) not in existing]
             for i in range(1, count + 1):
                 if host_name(i) not in existing:
-                    self.create_host(i)
+                    self.create_host(i, new_flavour, trusted)
             self.start_supervisor(base)
             extra = [n for n in existing if n not in wanted]
             if extra:
@@ -272,6 +330,9 @@ class Lab:
                     shutil.rmtree(self.paths.host(n), ignore_errors=True)
             started = self.request("start", wanted)["result"]
             self.wait_ready(wanted, self.cfg.ready_timeout)
+            for n in created:
+                if trusted:
+                    self.provision_signed_module(n)
             inv = inventory.write(self.cfg, self.paths, self.lab_hosts())
             return UpResult(
                 hosts=tuple(wanted),
@@ -367,6 +428,8 @@ class Lab:
                     boot_id=boot_id,
                     boots=int(info.get("boots", 0)),
                     faults=tuple(self.faults(name)),
+                    flavour=str(spec.get("flavour", "generic")),
+                    secure_boot=bool(self.firmware(name).get("secure_boot", False)),
                 )
             )
         return out
@@ -468,8 +531,12 @@ class Lab:
             self._fresh_upper(name, spec["index"])
             hardware.write_state(self.paths.host(name) / "hw/gpus", hardware.healthy_state(name, spec["sku"]))
             (self.paths.host(name) / "faults").write_text("")
+            (self.paths.host(name) / "panic-above").unlink(missing_ok=True)
+            self.set_firmware(name, secure_boot=False)
             self.request("start", [name])
             self.wait_ready([name], self.cfg.ready_timeout)
+            if spec.get("secure_boot"):
+                self.provision_signed_module(name)
 
 
 def _alive(pid: int) -> bool:

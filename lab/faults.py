@@ -3,6 +3,9 @@
 Software faults act inside the host with its own tools (the real ``unattended-upgrade``, ``apt-get``);
 hardware faults change the host's GPU state (``hw/gpus``) and write what the kernel would log.
 ``lab.clear`` undoes all of them by returning the host to its freshly built state.
+
+``LATENT`` faults show nothing until the host next meets them (a reboot, a kernel install): they are kept
+apart from ``FAULTS``, the audit's fault matrix, because a host that has one still audits healthy.
 """
 
 from __future__ import annotations
@@ -221,6 +224,35 @@ def hang(lab: Lab, host: str) -> str:
     return _hw(lab, host, change)
 
 
+def _booted(lab: Lab, host: str) -> str:
+    return lab.host_path(host, "/run/gpulab/kernel").read_text().strip()
+
+
+def secure_boot(lab: Lab, host: str) -> str:
+    """Trusted Launch turned on in the host's firmware: effective from its next boot (an unsigned NVIDIA module
+    will not load then)."""
+    lab.set_firmware(host, secure_boot=True)
+    return "Secure Boot enabled in the firmware (effective at the next boot)"
+
+
+def dkms_build_fail(lab: Lab, host: str) -> str:
+    """DKMS fails to build the NVIDIA module for any kernel newer than the booted one (make.log has the
+    compiler's error; dkms exits 10)."""
+    booted = _booted(lab, host)
+    marker = lab.host_path(host, "/var/lib/gpulab/dkms-build-fail")
+    marker.parent.mkdir(parents=True, exist_ok=True)
+    marker.write_text(booted + "\n")
+    return f"DKMS builds of the NVIDIA module fail for kernels newer than {booted}"
+
+
+def new_kernel_panic(lab: Lab, host: str) -> str:
+    """The host panics at boot on any kernel newer than the booted one (root fs not found), stays down ~3 s and
+    restarts, choosing from grub.cfg again (a one-shot grub-reboot entry is used up by the boot that panicked)."""
+    booted = _booted(lab, host)
+    (lab.paths.host(host) / "panic-above").write_text(booted + "\n")
+    return f"kernels newer than {booted} panic at boot (VFS: Unable to mount root fs)"
+
+
 FAULTS: dict[str, Callable[[Lab, str], str]] = {
     "kernel-upgrade": kernel_upgrade,
     "driver-mismatch": driver_mismatch,
@@ -233,6 +265,12 @@ FAULTS: dict[str, Callable[[Lab, str], str]] = {
     "apt-lock": apt_lock,
     "hang": hang,
 }
+# Faults that stay hidden until a reboot or a kernel install meets them (not in the audit's fault matrix).
+LATENT: dict[str, Callable[[Lab, str], str]] = {
+    "secure-boot": secure_boot,
+    "dkms-build-fail": dkms_build_fail,
+    "new-kernel-panic": new_kernel_panic,
+}
 # Conditions that are not faults (a healthy host shows them too) but that guards must see.
 WORKLOADS: dict[str, Callable[[Lab, str], str]] = {
     "gpu-job": gpu_job,
@@ -241,7 +279,7 @@ WORKLOADS: dict[str, Callable[[Lab, str], str]] = {
 
 def inject(lab: Lab, host: str, fault: str) -> FaultResult:
     require_root()
-    known = {**FAULTS, **WORKLOADS}
+    known = {**FAULTS, **LATENT, **WORKLOADS}
     if fault not in known:
         raise LabError(f"unknown fault {fault!r}; known faults: {', '.join(known)}")
     lab.spec(host)  # names the host and the lab's hosts when it is not there

@@ -115,6 +115,7 @@ def make_lab(scenario: str, root: Path = PROJECT_ROOT, prefix: str | None = None
             "address_prefix": prefix or address_prefix(scenario, root),
             "boot_delay": 0.3,
             "inventory_path": str(state / "inventory" / "hosts.yml"),
+            "flavour": "generic",
         },
         root=root,
     )

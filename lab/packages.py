@@ -1,20 +1,47 @@
-"""The lab's apt repository: packages shaped like an Azure Ubuntu GPU VM's, built with dpkg-deb.
+"""The lab's apt repository: packages shaped like an Ubuntu 22.04 GPU VM's (generic or Azure), built with dpkg-deb.
 
-Two flat repositories, as Ubuntu's pockets:
+Two flat repositories, as Ubuntu's pockets (Release ``Origin: Ubuntu``, ``Suite: jammy-security`` /
+``jammy-updates``, so Ubuntu's stock ``50unattended-upgrades`` line ``${distro_id}:${distro_codename}-security``
+selects the security pocket unchanged):
 
-* ``security`` (Suite ``jammy-security``): the kernels 6.5.0-44-generic and 6.5.0-45-generic with their
-  image/modules/headers packages and the meta-packages that pull each one in, the NVIDIA driver 535.183.01,
-  and ``walinuxagent`` at two versions (an ordinary upgrade that must keep flowing after hardening).
-* ``updates`` (Suite ``jammy-updates``): the newer NVIDIA driver 535.216.01.
+* ``security``: per kernel flavour two kernels with their image/modules/headers packages and the meta-packages
+  that pull each one in (``generic``: 6.5.0-44-generic, 6.5.0-45-generic; ``azure``: 6.5.0-1024-azure,
+  6.5.0-1025-azure), the NVIDIA driver 535.183.01, its signed precompiled kernel modules, the boot-loader,
+  ``mokutil`` and ``kmod`` stand-ins, and ``walinuxagent`` at two versions (an ordinary upgrade that must keep
+  flowing after hardening).
+* ``updates``: the newer NVIDIA driver 535.216.01 and the signed modules built for it.
 
 Ubuntu's default unattended-upgrades configuration allows only the ``-security`` pocket; the lab hosts are
-configured the same way, so an unattended run brings the new kernel (through ``linux-image-generic``) but
+configured the same way, so an unattended run brings the new kernel (through ``linux-image-<flavour>``) but
 not the newer driver, exactly the S1 failure of the runbook.
 
+Versions follow Ubuntu's shapes. A kernel ``6.5.0-1025-azure`` is in ``linux-image-6.5.0-1025-azure``,
+``linux-modules-6.5.0-1025-azure`` and ``linux-headers-6.5.0-1025-azure`` at Debian version
+``6.5.0-1025.26~22.04.1`` (ABI 1025, upload 26, HWE backport suffix); its meta-packages ``linux-azure``,
+``linux-image-azure``, ``linux-headers-azure`` are at ``6.5.0.1025.26~22.04.1``. The generic kernels keep the
+lab's earlier numbers (``6.5.0-45.45``, meta ``6.5.0.45.45``).
+
+Signed NVIDIA modules, as Ubuntu's linux-restricted-modules: per kernel ``linux-modules-nvidia-535-<release>``
+installs ``/lib/modules/<release>/kernel/nvidia-535/nvidia.ko`` (and ``nvidia-uvm.ko``), signed the kernel's way
+(module bytes, a PKCS#7 blob, the 12-byte ``struct module_signature``, then ``~Module signature appended~\n``).
+It is built for one driver upstream version (its ``.modinfo`` says ``version=<upstream>``) and depends on
+``linux-image-<release>`` and ``nvidia-kernel-common-535 (>= <upstream>), nvidia-kernel-common-535 (<=
+<upstream>-1)``. The build for the first driver (535.183.01, security pocket) has the kernel's own Debian version
+(``6.5.0-1025.26~22.04.1``); a respin for a later driver gets ``+N`` (``6.5.0-1025.26~22.04.1+1`` for
+535.216.01, updates pocket), so ``apt-get install linux-modules-nvidia-535-<release>=<version>`` picks the build
+that matches the installed driver. The meta-package ``linux-modules-nvidia-535-<flavour>`` has one version per
+kernel and driver build (``<meta version>`` and ``<meta version>+1``), each depending on exactly that build of
+the kernel's module package.
+
 Kernel module builds are played by a small DKMS stand-in (``lab/hostfiles/dkms``): a module is built for a
-kernel only when that kernel's headers are installed. Hosts start with ``linux-image-generic`` and the
-headers of the booted kernel only, as an Azure image with the NVIDIA extension does, so the new kernel that
-unattended-upgrades installs has no NVIDIA module.
+kernel only when that kernel's headers are installed, into ``updates/dkms/`` (searched before the kernel's own
+tree, as Ubuntu's depmod.conf says, so a DKMS module shadows a signed one). DKMS-built modules are unsigned.
+Hosts start with ``linux-image-<flavour>`` and the headers of the booted kernel only, as an Azure image with the
+NVIDIA extension does, so the new kernel that unattended-upgrades installs has no NVIDIA module.
+
+Kernel packages run ``/etc/kernel/postinst.d`` (DKMS, then ``zz-update-grub``) on configure and
+``/etc/kernel/postrm.d`` (``zz-update-grub``) on removal, as Ubuntu's do; the lab boots what ``update-grub``
+wrote to ``/boot/grub/grub.cfg`` (see ``lab/boot.py``).
 """
 
 from __future__ import annotations
@@ -23,6 +50,7 @@ import gzip
 import hashlib
 import os
 import shutil
+import struct
 import subprocess
 import tempfile
 from collections.abc import Callable, Iterable
@@ -33,16 +61,61 @@ from remediation.errors import LabError
 
 HOSTFILES = Path(__file__).resolve().parent / "hostfiles"
 
-KERNELS = ("6.5.0-44-generic", "6.5.0-45-generic")
+
+@dataclass(frozen=True)
+class Kernel:
+    release: str  # 6.5.0-1025-azure
+    version: str  # Debian version of the versioned packages: 6.5.0-1025.26~22.04.1
+    meta: str  # Debian version of the flavour's meta-packages: 6.5.0.1025.26~22.04.1
+
+    @property
+    def flavour(self) -> str:
+        return self.release.rsplit("-", 1)[1]
+
+
+FLAVOURS = ("generic", "azure")
+FLAVOUR_KERNELS: dict[str, tuple[Kernel, Kernel]] = {
+    "generic": (
+        Kernel("6.5.0-44-generic", "6.5.0-44.44", "6.5.0.44.44"),
+        Kernel("6.5.0-45-generic", "6.5.0-45.45", "6.5.0.45.45"),
+    ),
+    "azure": (
+        Kernel("6.5.0-1024-azure", "6.5.0-1024.25~22.04.1", "6.5.0.1024.25~22.04.1"),
+        Kernel("6.5.0-1025-azure", "6.5.0-1025.26~22.04.1", "6.5.0.1025.26~22.04.1"),
+    ),
+}
+ALL_KERNELS = tuple(k for pair in FLAVOUR_KERNELS.values() for k in pair)
+KERNELS = tuple(k.release for k in FLAVOUR_KERNELS["generic"])  # the generic pair (boot, new)
 BOOT_KERNEL = KERNELS[0]
 DRIVER_BRANCH = "535"
 DRIVERS = ("535.183.01", "535.216.01")
+DRIVER_POCKETS = ("security", "updates")
 BOOT_DRIVER = DRIVERS[0]
 UBUNTU_SUFFIX = "-0ubuntu0.22.04.1"
 AGENT_VERSIONS = ("2.9.1.1-0ubuntu0.22.04.1", "2.11.1.4-0ubuntu0.22.04.1")
-ORIGIN = "GpuLab"
+ORIGIN = "Ubuntu"
 POCKETS = {"security": "jammy-security", "updates": "jammy-updates"}
 MAINTAINER = "GPU fleet lab <lab@gpulab.invalid>"
+SIGNED_MODULE_DIR = f"kernel/nvidia-{DRIVER_BRANCH}"
+MODULE_SIGNATURE_MAGIC = b"~Module signature appended~\n"
+GRUB_VERSION = "2.06-2ubuntu7.2"
+
+
+def boot_kernel(flavour: str) -> str:
+    """The kernel a fresh host of that flavour boots: ``6.5.0-44-generic`` / ``6.5.0-1024-azure``."""
+    return FLAVOUR_KERNELS[flavour][0].release
+
+
+def new_kernel(flavour: str) -> str:
+    """The newer kernel the security pocket brings for that flavour."""
+    return FLAVOUR_KERNELS[flavour][1].release
+
+
+def kernel(release: str) -> Kernel:
+    for k in ALL_KERNELS:
+        if k.release == release:
+            return k
+    raise LabError(f"no lab kernel {release!r}; the lab's kernels: {', '.join(k.release for k in ALL_KERNELS)}")
 
 
 def kernel_abi(release: str) -> str:
@@ -51,19 +124,29 @@ def kernel_abi(release: str) -> str:
 
 
 def kernel_version(release: str) -> str:
-    """Debian version of the versioned kernel packages: ``6.5.0-45.45``."""
-    base, abi = release.split("-")[0], kernel_abi(release)
-    return f"{base}-{abi}.{abi}"
+    """Debian version of the versioned kernel packages: ``6.5.0-45.45``, ``6.5.0-1025.26~22.04.1``."""
+    return kernel(release).version
 
 
 def meta_version(release: str) -> str:
-    """Version of the kernel meta-packages for that kernel: ``6.5.0.45.45``."""
-    base, abi = release.split("-")[0], kernel_abi(release)
-    return f"{base}.{abi}.{abi}"
+    """Version of the kernel meta-packages for that kernel: ``6.5.0.45.45``, ``6.5.0.1025.26~22.04.1``."""
+    return kernel(release).meta
 
 
 def driver_version(upstream: str) -> str:
     return f"{upstream}{UBUNTU_SUFFIX}"
+
+
+def signed_module_version(release: str, upstream: str) -> str:
+    """Debian version of ``linux-modules-nvidia-535-<release>`` built for driver ``upstream``."""
+    index = DRIVERS.index(upstream)
+    return kernel_version(release) + (f"+{index}" if index else "")
+
+
+def signed_meta_version(release: str, upstream: str) -> str:
+    """Version of ``linux-modules-nvidia-535-<flavour>`` pointing at that kernel's build for ``upstream``."""
+    index = DRIVERS.index(upstream)
+    return meta_version(release) + (f"+{index}" if index else "")
 
 
 @dataclass(frozen=True)
@@ -76,7 +159,7 @@ class Package:
     architecture: str = "amd64"
     section: str = "misc"
     priority: str = "optional"
-    files: dict[str, str | Path] = field(default_factory=dict)  # path in package -> text or a file to copy
+    files: dict[str, str | bytes | Path] = field(default_factory=dict)  # path in package -> content or a file
     links: dict[str, str] = field(default_factory=dict)  # path in package -> link target
     scripts: dict[str, str] = field(default_factory=dict)  # postinst/prerm/postrm -> shell text
     executables: tuple[str, ...] = ()
@@ -91,11 +174,14 @@ def _sh(body: str) -> str:
 
 
 def kernel_packages(release: str) -> list[Package]:
-    ver = kernel_version(release)
+    k = kernel(release)
+    ver = k.version
+    upstream = release.rsplit("-", 1)[0].rsplit("-", 1)[0]  # 6.5.0
     image_postinst = _sh(
         f"""
 if [ "$1" = configure ]; then
-    # Hooks run for every new kernel (DKMS rebuilds its modules here, when the headers are there).
+    # Hooks run for every new kernel: DKMS rebuilds its modules (when the headers are there), then
+    # zz-update-grub regenerates grub.cfg, as Ubuntu's /etc/kernel/postinst.d does.
     if [ -d /etc/kernel/postinst.d ]; then
         run-parts --report --arg={release} --arg=/boot/vmlinuz-{release} /etc/kernel/postinst.d || true
     fi
@@ -103,6 +189,15 @@ if [ "$1" = configure ]; then
     echo "*** System restart required ***" > /var/run/reboot-required
     grep -qx linux-image-{release} /var/run/reboot-required.pkgs 2>/dev/null \\
         || echo linux-image-{release} >> /var/run/reboot-required.pkgs
+fi
+"""
+    )
+    image_postrm = _sh(
+        f"""
+if [ "$1" = remove ] || [ "$1" = purge ]; then
+    if [ -d /etc/kernel/postrm.d ]; then
+        run-parts --report --arg={release} --arg=/boot/vmlinuz-{release} /etc/kernel/postrm.d || true
+    fi
 fi
 """
     )
@@ -119,7 +214,7 @@ fi
             version=ver,
             pocket="security",
             section="kernel",
-            description=f"Linux kernel extra modules for version {release.rsplit('-', 1)[0]}",
+            description=f"Linux kernel extra modules for version {upstream}",
             files={
                 f"/lib/modules/{release}/modules.dep": "",
                 f"/lib/modules/{release}/modules.order": "",
@@ -131,20 +226,21 @@ fi
             version=ver,
             pocket="security",
             section="kernel",
-            description=f"Signed kernel image generic ({release}, simulated by gpulab)",
+            description=f"Signed kernel image {k.flavour} ({release}, simulated by gpulab)",
             depends=(f"linux-modules-{release}",),
             files={
                 f"/boot/vmlinuz-{release}": f"gpulab simulated kernel image {release}\n",
-                f"/boot/config-{release}": "CONFIG_MODULES=y\nCONFIG_MODVERSIONS=y\n",
+                f"/boot/config-{release}": "CONFIG_MODULES=y\nCONFIG_MODVERSIONS=y\nCONFIG_MODULE_SIG=y\n"
+                "CONFIG_SECURITY_LOCKDOWN_LSM=y\nCONFIG_LOCK_DOWN_IN_EFI_SECURE_BOOT=y\n",
             },
-            scripts={"postinst": image_postinst},
+            scripts={"postinst": image_postinst, "postrm": image_postrm},
         ),
         Package(
             name=f"linux-headers-{release}",
             version=ver,
             pocket="security",
             section="devel",
-            description=f"Linux kernel headers for version {release.rsplit('-', 1)[0]}",
+            description=f"Linux kernel headers for version {upstream}",
             files={
                 f"/usr/src/linux-headers-{release}/Makefile": f"# gpulab simulated headers for {release}\n",
                 f"/usr/src/linux-headers-{release}/.config": "CONFIG_MODULES=y\n",
@@ -156,31 +252,96 @@ fi
 
 
 def kernel_meta_packages(release: str) -> list[Package]:
-    ver = meta_version(release)
+    k = kernel(release)
+    ver, flavour = k.meta, k.flavour
+    title = {"generic": "Generic", "azure": "Azure"}.get(flavour, flavour)
     return [
         Package(
-            name="linux-image-generic",
+            name=f"linux-image-{flavour}",
             version=ver,
             pocket="security",
             section="kernel",
-            description="Generic Linux kernel image (meta-package)",
+            description=f"{title} Linux kernel image (meta-package)",
             depends=(f"linux-image-{release}", f"linux-modules-{release}"),
         ),
         Package(
-            name="linux-headers-generic",
+            name=f"linux-headers-{flavour}",
             version=ver,
             pocket="security",
             section="kernel",
-            description="Generic Linux kernel headers (meta-package)",
+            description=f"{title} Linux kernel headers (meta-package)",
             depends=(f"linux-headers-{release}",),
         ),
         Package(
-            name="linux-generic",
+            name=f"linux-{flavour}",
             version=ver,
             pocket="security",
             section="kernel",
-            description="Complete Generic Linux kernel and headers (meta-package)",
-            depends=(f"linux-image-generic (= {ver})", f"linux-headers-generic (= {ver})"),
+            description=f"Complete {title} Linux kernel and headers (meta-package)",
+            depends=(f"linux-image-{flavour} (= {ver})", f"linux-headers-{flavour} (= {ver})"),
+        ),
+    ]
+
+
+def _module_signature() -> bytes:
+    """The tail the kernel's sign-file appends: a PKCS#7 blob, ``struct module_signature`` (algo, hash,
+    id_type = 2 (PKEY_ID_PKCS7), signer_len, key_id_len, 3 pad bytes, big-endian sig_len), the magic."""
+    blob = b"0\x82" + struct.pack(">H", 60) + b"gpulab simulated PKCS#7 signature, Canonical key".ljust(60, b".")
+    header = struct.pack(">BBBBB3xI", 0, 0, 2, 0, 0, len(blob))  # 12 bytes
+    return blob + header + MODULE_SIGNATURE_MAGIC
+
+
+def signed_module_bytes(release: str, upstream: str, name: str = "nvidia") -> bytes:
+    """A signed kernel module file as the lab's kernel sees one: ``.modinfo`` strings, then the signature."""
+    modinfo = b"\0".join(
+        s.encode()
+        for s in (
+            f"version={upstream}",
+            "supported=external",
+            "license=NVIDIA",
+            "srcversion=6C9AE4F3DEB2E8E1B7B09E1",
+            "alias=char-major-195-*",
+            "depends=",
+            "retpoline=Y",
+            f"name={name}",
+            f"vermagic={release} SMP preempt mod_unload modversions ",
+            "sig_id=PKCS#7",
+            "signer=Canonical Ltd. Kernel Module Signing",
+        )
+    )
+    body = b"\x7fELF\x02\x01\x01" + b"\0" * 9 + b"\0" + modinfo + b"\0"
+    return body + _module_signature()
+
+
+def signed_module_packages(release: str, upstream: str, pocket: str) -> list[Package]:
+    """``linux-modules-nvidia-535-<release>`` built for ``upstream`` and the flavour's meta-package version
+    pointing at it."""
+    branch = DRIVER_BRANCH
+    k = kernel(release)
+    ver = signed_module_version(release, upstream)
+    meta = signed_meta_version(release, upstream)
+    common = f"nvidia-kernel-common-{branch}"
+    moddir = f"/lib/modules/{release}/{SIGNED_MODULE_DIR}"
+    return [
+        Package(
+            name=f"linux-modules-nvidia-{branch}-{release}",
+            version=ver,
+            pocket=pocket,
+            section="restricted/kernel",
+            description=f"Linux kernel nvidia modules for version {release} (signed, built for {upstream})",
+            depends=(f"linux-image-{release}", f"{common} (>= {upstream})", f"{common} (<= {upstream}-1)"),
+            files={
+                f"{moddir}/nvidia.ko": signed_module_bytes(release, upstream, "nvidia"),
+                f"{moddir}/nvidia-uvm.ko": signed_module_bytes(release, upstream, "nvidia_uvm"),
+            },
+        ),
+        Package(
+            name=f"linux-modules-nvidia-{branch}-{k.flavour}",
+            version=meta,
+            pocket=pocket,
+            section="restricted/kernel",
+            description=f"Extra drivers for nvidia-{branch} for the {k.flavour} flavour (meta-package)",
+            depends=(f"linux-modules-nvidia-{branch}-{release} (= {ver})",),
         ),
     ]
 
@@ -201,6 +362,65 @@ def dkms_package() -> Package:
         },
         executables=("/usr/sbin/dkms", "/etc/kernel/postinst.d/dkms", "/etc/kernel/header_postinst.d/dkms"),
     )
+
+
+def grub_package() -> Package:
+    """``update-grub``, ``grub-mkconfig``, ``grub-editenv``, ``grub-set-default``, ``grub-reboot`` and the
+    kernel hooks ``zz-update-grub`` (stand-ins keeping GRUB's file formats and words)."""
+    hook = _sh("command -v update-grub >/dev/null 2>&1 || exit 0\nexec update-grub")
+    return Package(
+        name="grub2-common",
+        version=GRUB_VERSION,
+        pocket="security",
+        section="admin",
+        description="GRand Unified Bootloader (common files; gpulab stand-in writing grub.cfg and grubenv)",
+        files={
+            "/usr/sbin/grub-mkconfig": HOSTFILES / "grub-mkconfig",
+            "/usr/sbin/update-grub": "#!/bin/sh\nset -e\nexec grub-mkconfig -o /boot/grub/grub.cfg \"$@\"\n",
+            "/usr/bin/grub-editenv": HOSTFILES / "grub-editenv",
+            "/usr/sbin/grub-set-default": HOSTFILES / "grub-set-default",
+            "/usr/sbin/grub-reboot": HOSTFILES / "grub-set-default",
+            "/etc/kernel/postinst.d/zz-update-grub": hook,
+            "/etc/kernel/postrm.d/zz-update-grub": hook,
+        },
+        executables=(
+            "/usr/sbin/grub-mkconfig",
+            "/usr/sbin/update-grub",
+            "/usr/bin/grub-editenv",
+            "/usr/sbin/grub-set-default",
+            "/usr/sbin/grub-reboot",
+            "/etc/kernel/postinst.d/zz-update-grub",
+            "/etc/kernel/postrm.d/zz-update-grub",
+        ),
+    )
+
+
+def tool_packages() -> list[Package]:
+    """``mokutil`` (Secure Boot state from the EFI variable) and ``kmod`` (modprobe, modinfo, lsmod against the
+    lab's simulated kernel: module search order, signatures and lockdown)."""
+    kmod_links = {f"/usr/sbin/{n}": "../bin/kmod" for n in ("modprobe", "rmmod", "insmod", "depmod")}
+    kmod_links |= {f"/usr/bin/{n}": "kmod" for n in ("lsmod", "modinfo")}
+    return [
+        Package(
+            name="mokutil",
+            version="0.6.0-2~22.04.2",
+            pocket="security",
+            section="admin",
+            description="tools for manipulating machine owner keys (gpulab stand-in: --sb-state)",
+            files={"/usr/bin/mokutil": HOSTFILES / "mokutil"},
+            executables=("/usr/bin/mokutil",),
+        ),
+        Package(
+            name="kmod",
+            version="29-1ubuntu1",
+            pocket="security",
+            section="admin",
+            description="tools for managing Linux kernel modules (gpulab stand-in for the simulated kernel)",
+            files={"/usr/bin/kmod": HOSTFILES / "kmod"},
+            links=kmod_links,
+            executables=("/usr/bin/kmod",),
+        ),
+    ]
 
 
 def driver_packages(upstream: str, libnvml: Path, pocket: str) -> list[Package]:
@@ -240,6 +460,14 @@ esac
             scripts={"postinst": ldconfig, "postrm": ldconfig},
         ),
         Package(
+            name=f"nvidia-kernel-common-{branch}",
+            version=ver,
+            pocket=pocket,
+            section="restricted/libs",
+            description="Shared files used with the kernel module (firmware; what the signed modules depend on)",
+            files={f"/lib/firmware/nvidia/{upstream}/README": f"gpulab: NVIDIA GSP firmware for {upstream}\n"},
+        ),
+        Package(
             name=f"nvidia-utils-{branch}",
             version=ver,
             pocket=pocket,
@@ -255,7 +483,12 @@ esac
             pocket=pocket,
             section="restricted/misc",
             description="NVIDIA driver metapackage (kernel module built by DKMS)",
-            depends=("dkms", f"nvidia-utils-{branch} (= {ver})", f"libnvidia-compute-{branch} (= {ver})"),
+            depends=(
+                "dkms",
+                f"nvidia-utils-{branch} (= {ver})",
+                f"libnvidia-compute-{branch} (= {ver})",
+                f"nvidia-kernel-common-{branch} (= {ver})",
+            ),
             files={
                 f"/usr/src/nvidia-{upstream}/dkms.conf": (
                     f'PACKAGE_NAME="nvidia"\nPACKAGE_VERSION="{upstream}"\nBUILT_MODULE_NAME[0]="nvidia"\n'
@@ -283,11 +516,13 @@ def agent_packages() -> list[Package]:
 
 
 def all_packages(libnvml_for: Callable[[str], Path]) -> list[Package]:
-    pkgs: list[Package] = [dkms_package(), *agent_packages()]
-    for release in KERNELS:
-        pkgs += kernel_packages(release) + kernel_meta_packages(release)
-    for upstream, pocket in zip(DRIVERS, ("security", "updates"), strict=True):
+    pkgs: list[Package] = [dkms_package(), grub_package(), *tool_packages(), *agent_packages()]
+    for k in ALL_KERNELS:
+        pkgs += kernel_packages(k.release) + kernel_meta_packages(k.release)
+    for upstream, pocket in zip(DRIVERS, DRIVER_POCKETS, strict=True):
         pkgs += driver_packages(upstream, libnvml_for(upstream), pocket)
+        for k in ALL_KERNELS:
+            pkgs += signed_module_packages(k.release, upstream, pocket)
     return pkgs
 
 
@@ -300,6 +535,8 @@ def build_deb(pkg: Package, out_dir: Path) -> Path:
             target.parent.mkdir(parents=True, exist_ok=True)
             if isinstance(src, Path):
                 shutil.copyfile(src, target)
+            elif isinstance(src, bytes):
+                target.write_bytes(src)
             else:
                 target.write_text(src)
             target.chmod(0o755 if (dest in pkg.executables or dest.endswith(".so") or ".so." in dest) else 0o644)

@@ -22,7 +22,7 @@ def lab_unavailable() -> str | None:
     return None
 
 
-def make_lab(tmp: Path, prefix: str, hosts: int):  # type: ignore[no-untyped-def]
+def make_lab(tmp: Path, prefix: str, hosts: int, flavour: str = "generic", secure_boot: bool = False):  # type: ignore[no-untyped-def]
     from lab.config import LabConfig, test_prefix
     from lab.control import Lab
 
@@ -34,11 +34,12 @@ def make_lab(tmp: Path, prefix: str, hosts: int):  # type: ignore[no-untyped-def
             "address_prefix": test_prefix(prefix),
             "boot_delay": 0.3,
             "inventory_path": str(tmp / "inventory" / "hosts.yml"),
+            "flavour": flavour,  # tests run generic hosts unless they ask for azure ones
         },
         root=ROOT,
     )
     lab = Lab(cfg)
-    lab.up(hosts)
+    lab.up(hosts, secure_boot=secure_boot)
     return lab
 
 

@@ -138,7 +138,6 @@ def assert_hardened(lab, host: str) -> None:  # type: ignore[no-untyped-def]
         "20auto-upgrades",
         "50unattended-upgrades",
         "51gpufleet-package-blacklist",
-        "51gpulab-origins",
         "70debconf",
     ]
 

@@ -166,6 +166,9 @@ def test_reboot_boots_newest_installed_kernel_unless_pinned(lab, broken) -> None
     entry = "Advanced options for Ubuntu>Ubuntu, with Linux 6.5.0-44-generic"
     pin = f"sed -i 's/^GRUB_DEFAULT=.*/GRUB_DEFAULT=\"{entry}\"/' /etc/default/grub"
     assert ssh(lab, broken, pin).returncode == 0
+    lab.reboot(broken)  # the boot loader reads grub.cfg: an edit without update-grub changes nothing
+    assert ssh(lab, broken, "uname -r").stdout.strip() == "6.5.0-45-generic"
+    assert ssh(lab, broken, "update-grub").returncode == 0
     lab.reboot(broken)
     assert ssh(lab, broken, "uname -r").stdout.strip() == "6.5.0-44-generic"
     assert nvml(lab, broken)["driver"] == "535.183.01"

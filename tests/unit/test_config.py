@@ -46,6 +46,6 @@ def test_fleets_take_their_name_as_the_default_group() -> None:
 def test_the_fault_help_lists_exactly_the_lab_faults() -> None:
     from commands.lab import FAULTS
     from lab.faults import FAULTS as LAB_FAULTS
-    from lab.faults import WORKLOADS
+    from lab.faults import LATENT, WORKLOADS
 
-    assert tuple(FAULTS) == (*LAB_FAULTS, *WORKLOADS)
+    assert tuple(FAULTS) == (*LAB_FAULTS, *WORKLOADS, *LATENT)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import subprocess
 from pathlib import Path
 
@@ -22,21 +23,106 @@ def _root(tmp_path: Path, kernels: list[str], grub: str | None = None) -> Path:
     return tmp_path
 
 
-def test_boots_newest_kernel_by_version_not_by_text(tmp_path: Path) -> None:
+def test_without_grub_cfg_boots_newest_kernel_by_version_not_by_text(tmp_path: Path) -> None:
     root = _root(tmp_path, ["6.5.0-9-generic", "6.5.0-45-generic", "6.5.0-100-generic"])
     assert boot.choose_kernel(root) == "6.5.0-100-generic"
 
 
-def test_grub_default_pins_an_installed_kernel(tmp_path: Path) -> None:
-    grub = 'GRUB_DEFAULT=0\nGRUB_DEFAULT="Advanced options for Ubuntu>Ubuntu, with Linux 6.5.0-44-generic"\n'
-    root = _root(tmp_path, ["6.5.0-44-generic", "6.5.0-45-generic"], grub)
+def _grub(root: Path, default: str, env: str = "") -> None:
+    """grub.cfg as the lab's update-grub writes it (run here with the host's /boot)."""
+    kernels = sorted(boot.installed_kernels(root), key=boot.version_key, reverse=True)
+    uuid = "u"
+    entries = "".join(
+        f"\tmenuentry 'Ubuntu, with Linux {k}' --class ubuntu $menuentry_id_option 'gnulinux-{k}-advanced-{uuid}' {{\n"
+        f"\t\tlinux\t/boot/vmlinuz-{k} root=UUID={uuid} ro\n\t}}\n"
+        for k in kernels
+    )
+    cfg = (
+        'if [ "${next_entry}" ] ; then\n   set default="${next_entry}"\n   set next_entry=\n'
+        f'   save_env next_entry\nelse\n   set default="{default}"\nfi\n'
+        f"menuentry 'Ubuntu' --class ubuntu $menuentry_id_option 'gnulinux-simple-{uuid}' {{\n"
+        f"\tlinux\t/boot/vmlinuz-{kernels[0]} root=UUID={uuid} ro\n}}\n"
+        f"submenu 'Advanced options for Ubuntu' $menuentry_id_option 'gnulinux-advanced-{uuid}' {{\n{entries}}}\n"
+    )
+    (root / "boot/grub").mkdir(parents=True, exist_ok=True)
+    (root / "boot/grub/grub.cfg").write_text(cfg)
+    (root / "boot/grub/grubenv").write_text(("# GRUB Environment Block\n" + env).ljust(1024, "#"))
+
+
+def test_grub_cfg_default_picks_an_entry_by_title_path_or_id(tmp_path: Path) -> None:
+    root = _root(tmp_path, ["6.5.0-44-generic", "6.5.0-45-generic"])
+    _grub(root, "0")
+    assert boot.grub_choice(root) == ("6.5.0-45-generic", False)
+    _grub(root, "Advanced options for Ubuntu>Ubuntu, with Linux 6.5.0-44-generic")
+    assert boot.choose_kernel(root) == "6.5.0-44-generic"
+    _grub(root, "gnulinux-advanced-u>gnulinux-6.5.0-44-generic-advanced-u")
+    assert boot.choose_kernel(root) == "6.5.0-44-generic"
+    _grub(root, "1>1")
     assert boot.choose_kernel(root) == "6.5.0-44-generic"
 
 
-def test_grub_default_naming_a_removed_kernel_falls_back_to_newest(tmp_path: Path) -> None:
-    grub = "GRUB_DEFAULT='Advanced options for Ubuntu>Ubuntu, with Linux 6.5.0-41-generic'\n"
-    root = _root(tmp_path, ["6.5.0-44-generic", "6.5.0-45-generic"], grub)
+def test_grub_default_naming_a_removed_kernel_boots_entry_zero(tmp_path: Path) -> None:
+    root = _root(tmp_path, ["6.5.0-44-generic", "6.5.0-45-generic"])
+    _grub(root, "Advanced options for Ubuntu>Ubuntu, with Linux 6.5.0-41-generic")
     assert boot.choose_kernel(root) == "6.5.0-45-generic"
+
+
+def test_etc_default_grub_alone_changes_nothing(tmp_path: Path) -> None:
+    grub = 'GRUB_DEFAULT="Advanced options for Ubuntu>Ubuntu, with Linux 6.5.0-44-generic"\n'
+    root = _root(tmp_path, ["6.5.0-44-generic", "6.5.0-45-generic"], grub)
+    _grub(root, "0")
+    assert boot.choose_kernel(root) == "6.5.0-45-generic"  # update-grub was not run
+
+
+def test_saved_entry_and_one_shot_next_entry(tmp_path: Path) -> None:
+    root = _root(tmp_path, ["6.5.0-44-generic", "6.5.0-45-generic"])
+    saved = "saved_entry=Advanced options for Ubuntu>Ubuntu, with Linux 6.5.0-44-generic\n"
+    once = "next_entry=Advanced options for Ubuntu>Ubuntu, with Linux 6.5.0-45-generic\n"
+    _grub(root, "${saved_entry}", saved + once)
+    assert boot.grub_choice(root) == ("6.5.0-45-generic", True)
+    boot.consume_next_entry(root)
+    assert boot.read_grubenv(root)["next_entry"] == ""
+    assert len((root / "boot/grub/grubenv").read_bytes()) == 1024
+    assert boot.grub_choice(root) == ("6.5.0-44-generic", False)
+
+
+def test_signed_module_is_found_after_dkms_and_judged_by_its_magic(tmp_path: Path) -> None:
+    release = "6.5.0-1025-azure"
+    signed = tmp_path / f"lib/modules/{release}/kernel/nvidia-535/nvidia.ko"
+    signed.parent.mkdir(parents=True)
+    signed.write_bytes(packages.signed_module_bytes(release, "535.183.01"))
+    assert signed.read_bytes().endswith(b"~Module signature appended~\n")
+    assert boot.find_module(tmp_path, release) == signed and boot.module_signed(signed)
+    assert boot.module_version(tmp_path, release) == "535.183.01"
+    dkms = tmp_path / f"lib/modules/{release}/updates/dkms/nvidia.ko"
+    dkms.parent.mkdir(parents=True)
+    dkms.write_text("version:        535.216.01\n")
+    assert boot.find_module(tmp_path, release) == dkms and not boot.module_signed(dkms)  # updates/ first
+    assert boot.module_version(tmp_path, release) == "535.216.01"
+
+
+def test_secure_boot_refuses_an_unsigned_module_at_boot_with_the_kernels_words() -> None:
+    lines = [t for _, t in boot.kmsg_lines("6.5.0-1025-azure", "535.183.01", {}, "abcdef01", secure_boot=True)]
+    assert "Lockdown: systemd-modules: unsigned module loading is restricted; see man kernel_lockdown.7" in lines
+    assert "systemd-modules-load[312]: Failed to insert module 'nvidia': Key was rejected by service" in lines
+    assert not any(t.startswith("NVRM:") for t in lines)
+    ok = [t for _, t in boot.kmsg_lines("6.5.0-1025-azure", "535.183.01", {}, "abcdef01", True, signed=True)]
+    assert any(t.startswith("NVRM: loading NVIDIA UNIX") for t in ok)
+
+
+def test_azure_package_versions_and_signed_module_scheme() -> None:
+    assert packages.kernel_version("6.5.0-1025-azure") == "6.5.0-1025.26~22.04.1"
+    assert packages.meta_version("6.5.0-1025-azure") == "6.5.0.1025.26~22.04.1"
+    assert packages.signed_module_version("6.5.0-1025-azure", "535.183.01") == "6.5.0-1025.26~22.04.1"
+    assert packages.signed_module_version("6.5.0-1025-azure", "535.216.01") == "6.5.0-1025.26~22.04.1+1"
+    ordered = [
+        packages.signed_meta_version("6.5.0-1024-azure", "535.183.01"),
+        packages.signed_meta_version("6.5.0-1024-azure", "535.216.01"),
+        packages.signed_meta_version("6.5.0-1025-azure", "535.183.01"),
+        packages.signed_meta_version("6.5.0-1025-azure", "535.216.01"),
+    ]
+    for older, newer in itertools.pairwise(ordered):
+        assert subprocess.run(["dpkg", "--compare-versions", newer, "gt", older], check=False).returncode == 0
 
 
 def test_module_version_read_from_the_built_module(tmp_path: Path) -> None:
@@ -98,7 +184,14 @@ def test_built_packages_are_valid_debs(tmp_path: Path) -> None:
     assert "./boot/vmlinuz-6.5.0-45-generic" in files
     packages.write_index(tmp_path, "jammy-security", [deb])
     release = (tmp_path / "Release").read_text()
-    assert "Origin: GpuLab" in release and "Suite: jammy-security" in release and "Packages.gz" in release
+    assert "Origin: Ubuntu" in release and "Suite: jammy-security" in release and "Packages.gz" in release
+
+
+def test_flavour_follows_the_flag_then_the_config_then_the_vm_size() -> None:
+    assert LabConfig().host_flavour() == "azure"  # an Azure VM size runs linux-azure
+    assert LabConfig(flavour="generic").host_flavour() == "generic"
+    assert LabConfig(flavour="generic").host_flavour("azure") == "azure"
+    assert LabConfig(sku="on-prem").host_flavour() == "generic"
 
 
 @pytest.mark.parametrize(
@@ -107,6 +200,7 @@ def test_built_packages_are_valid_debs(tmp_path: Path) -> None:
         ({"address_prefix": "10.0.0"}, "not in 127.0.0.0/8"),
         ({"address_prefix": "127.0"}, "is not the first three octets"),
         ({"hostz": 3}, "unknown lab setting"),
+        ({"flavour": "rhel"}, "kernel flavour 'rhel' .* is not one the lab has"),
     ],
 )
 def test_bad_lab_settings_are_named(setting: dict[str, object], message: str) -> None:
