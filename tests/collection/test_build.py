@@ -96,7 +96,7 @@ def test_installed_collection_keeps_the_link_and_the_modules_find_the_probe(buil
 
 def test_versions_and_ranges_agree_with_pyproject() -> None:
     version = PYPROJECT["project"]["version"]
-    assert VERSION == version  # collection and package released together
+    assert version == VERSION  # collection and package released together
     assert f"## {version}" in (ROOT / "CHANGELOG.md").read_text()
     runtime = yaml.safe_load((ROOT / "meta" / "runtime.yml").read_text())
     assert same_specifiers(runtime["requires_ansible"], str(DEPENDENCIES["ansible-core"].specifier))
@@ -151,7 +151,8 @@ def test_readme_lines_build_install_and_make_the_ee_build_context(tmp_path: Path
         assert "ansible-galaxy collection install" in containerfile and "ARG PIP_FIND_LINKS" in containerfile
         build_dir = context / "_build"
         assert (build_dir / "collections" / tarball.name).read_bytes() == tarball.read_bytes()
-        assert [p.name for p in (build_dir / "wheels").iterdir()] == [f"gpu_fleet_remediation-{VERSION}-py3-none-any.whl"]
+        wheel = f"gpu_fleet_remediation-{VERSION}-py3-none-any.whl"
+        assert [p.name for p in (build_dir / "wheels").iterdir()] == [wheel]
         assert yaml.safe_load((build_dir / "requirements.yml").read_text()) == {
             "collections": [{"name": f"/build/collections/{tarball.name}", "type": "file"}]}
         assert (build_dir / "requirements.txt").read_text().split() == [f"gpu-fleet-remediation=={VERSION}"]

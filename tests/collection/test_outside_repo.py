@@ -132,7 +132,8 @@ def test_harden_by_fqcn_leaves_a_host_as_the_in_repo_run_does(outside: Outside, 
     # In the repository: the checkout's venv, its ansible.cfg, playbooks/harden.yml, on gpu-1.
     venv_bin = Path(sys.executable).parent
     env = {**os.environ, "ANSIBLE_CONFIG": str(ROOT / "ansible.cfg"), "ANSIBLE_NOCOLOR": "1",
-           "ANSIBLE_HOME": str(inventory.parent / "ansible-home"), "PATH": f"{venv_bin}{os.pathsep}{os.environ['PATH']}"}
+           "ANSIBLE_HOME": str(inventory.parent / "ansible-home"),
+           "PATH": f"{venv_bin}{os.pathsep}{os.environ['PATH']}"}
     repo = run([str(venv_bin / "ansible-playbook"), "-i", str(inventory), "playbooks/harden.yml", "--limit", "gpu-1"],
                ROOT, env)
     assert repo.returncode == 0, repo.stdout[-4000:] + repo.stderr
@@ -147,7 +148,8 @@ def test_harden_by_fqcn_leaves_a_host_as_the_in_repo_run_does(outside: Outside, 
     assert remote(olab, "gpu-3", SNAPSHOT) != hardened  # not a snapshot that cannot tell
     holds = remote(olab, "gpu-2", "apt-mark showhold").split()
     assert {f"linux-image-{BOOT_KERNEL}", "linux-image-generic", "nvidia-driver-535"} <= set(holds)
-    blacklist = remote(olab, "gpu-2", "apt-config dump --no-empty --format '%v%n' Unattended-Upgrade::Package-Blacklist")
+    blacklist = remote(olab, "gpu-2",
+                       "apt-config dump --no-empty --format '%v%n' Unattended-Upgrade::Package-Blacklist")
     assert {"^linux-image-", "^nvidia-"} <= set(blacklist.split())
     # Idempotent from the install too.
     rc, output, counts = outside.playbook(inventory, "harden", "--limit", "gpu-2")
@@ -169,7 +171,8 @@ def test_audit_timer_by_fqcn_installs_the_packages_probe_and_runs_it(outside: Ou
         fields = line.split(None, 6)
         assert fields[:6] == ["*/5", "*", "*", "*", "*", "root"]
         assert shlex.split(fields[6]) == [
-            "/usr/bin/flock", "-n", "/run/gpufleet-probe.lock", "/usr/bin/python3", "/usr/local/lib/gpufleet/gpuprobe.py",
+            "/usr/bin/flock", "-n", "/run/gpufleet-probe.lock",
+            "/usr/bin/python3", "/usr/local/lib/gpufleet/gpuprobe.py",
             "--nvml-timeout", "10", "--json-out", "/var/lib/gpufleet/facts.json",
             "--prom-out", "/var/lib/node_exporter/textfile_collector/gpufleet.prom", "--host-label", host]
         facts = json.loads(remote(olab, host, "cat /var/lib/gpufleet/facts.json"))
@@ -191,7 +194,8 @@ def test_driver_restore_by_fqcn_repairs_the_s1_host(outside: Outside, olab: Any)
     assert counts["gpu-3"]["changed"] > 0 and counts["gpu-3"]["failed"] == 0
     # What molecule/nvidia_driver_restore's verify asks of the restored host.
     assert remote(olab, "gpu-3", "uname -r").strip() == NEW_KERNEL
-    nvml = remote(olab, "gpu-3", "python3 -c 'import pynvml; pynvml.nvmlInit(); print(pynvml.nvmlSystemGetDriverVersion())'")
+    nvml = remote(olab, "gpu-3",
+                  "python3 -c 'import pynvml; pynvml.nvmlInit(); print(pynvml.nvmlSystemGetDriverVersion())'")
     assert nvml.strip() == DRIVER
     holds = set(remote(olab, "gpu-3", "apt-mark showhold").split())
     assert {f"linux-image-{NEW_KERNEL}", f"linux-headers-{NEW_KERNEL}", "nvidia-driver-535"} <= holds

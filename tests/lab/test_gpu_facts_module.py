@@ -39,7 +39,8 @@ def ansible_env(home: Path) -> dict[str, str]:
 
 
 def run_module(lab: Any, home: Path, *args: str, limit: str = "gpu") -> dict[str, dict[str, Any]]:
-    """``ansible <limit> -m gpufleet.remediation.gpu_facts`` from the repository root; per-host results from the tree callback."""
+    """``ansible <limit> -m gpufleet.remediation.gpu_facts`` from the repository root; per-host results from the
+    tree callback."""
     tree = home / f"tree-{len(list(home.glob('tree-*')))}"
     proc = subprocess.run(
         [str(BIN / "ansible"), limit, "-i", str(lab.cfg.inventory_path), "-m", MODULE, "-t", str(tree), *args],
@@ -127,6 +128,7 @@ def test_module_ships_the_probe_file_itself_as_module_utils(tmp_path: Path) -> N
     assert proc.returncode == 0, proc.stdout + proc.stderr
     (wrapper,) = remote_tmp.glob("*/AnsiballZ_gpu_facts.py")
     subprocess.run([sys.executable, str(wrapper), "explode"], cwd=wrapper.parent, check=True, capture_output=True)
-    utils = wrapper.parent / "debug_dir" / "ansible_collections" / "gpufleet" / "remediation" / "plugins" / "module_utils"
+    utils = wrapper.parent / "debug_dir" / "ansible_collections" / "gpufleet" / "remediation" / "plugins"
+    utils = utils / "module_utils"
     shipped = utils / "gpuprobe.py"
     assert shipped.read_bytes() == (ROOT / "remediation" / "probe" / "gpuprobe.py").read_bytes()
