@@ -3,6 +3,7 @@ environment's build context from ``ansible-builder create`` (no lab, no containe
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import re
 import shutil
@@ -179,3 +180,39 @@ def test_host_program_lookup_finds_the_installed_packages_file(name: str) -> Non
     assert Path(host_program.program_path(name)) == expected.resolve()
     with pytest.raises(Exception, match="unknown host program 'probe'; known: gpumemlog, gpuprobe"):
         host_program.program_path("probe")
+
+
+def collection_names() -> tuple[set[str], set[str]]:
+    """The collection's module names and filter names."""
+    modules = {p.stem for p in (ROOT / "plugins" / "modules").glob("*.py")}
+    filters: set[str] = set()
+    for path in (ROOT / "plugins" / "filter").glob("*.py"):
+        spec = importlib.util.spec_from_file_location(f"gpufleet_filter_{path.stem}", path)
+        assert spec is not None and spec.loader is not None
+        plugin = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(plugin)
+        filters |= set(plugin.FilterModule().filters())
+    return modules, filters
+
+
+def test_roles_playbooks_and_scenarios_use_the_collection_by_fqcn() -> None:
+    """Modules and filters by FQCN, programs from the installed package: what works in the checkout then works
+    from an installed collection too (a bare name resolves only through paths into a checkout)."""
+    modules, filters = collection_names()
+    assert {"gpu_facts", "nvidia_module", "dpkg_idle"} <= modules
+    assert {"package_pattern_problems", "gpufleet_restore_decision"} <= filters
+    bare_module = re.compile(rf"^\s*(?:-\s+)?({'|'.join(sorted(modules))}):\s*$", re.M)
+    bare_filter = re.compile(rf"\|\s*({'|'.join(sorted(filters))})\b")
+    offenders = []
+    for path in sorted([*ROOT.glob("roles/*/*/*.yml"), *ROOT.glob("playbooks/*.yml"), *ROOT.glob("molecule/*/*.yml")]):
+        text = path.read_text()
+        offenders += [f"{path.relative_to(ROOT)}: module {m}" for m in bare_module.findall(text)]
+        offenders += [f"{path.relative_to(ROOT)}: filter {m}" for m in bare_filter.findall(text)]
+        if "role_path }}/../.." in text:
+            offenders.append(f"{path.relative_to(ROOT)}: a path from role_path into the checkout")
+    offenders += [f"{p.relative_to(ROOT)}: plugins of a role's own" for p in ROOT.glob("roles/*/*_plugins")]
+    offenders += [f"{p.relative_to(ROOT)}: plugins of a role's own" for p in ROOT.glob("roles/*/library")]
+    offenders += [f"{p.relative_to(ROOT)}: changes sys.path" for p in ROOT.glob("plugins/**/*.py")
+                  if "sys.path" in p.read_text()]
+    assert not offenders, "\n".join(offenders)
+    assert not (ROOT / "library").exists(), "modules live in plugins/modules (FQCN gpufleet.remediation.NAME)"
