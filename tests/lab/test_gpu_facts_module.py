@@ -1,7 +1,8 @@
-"""The ``gpu_facts`` Ansible module (library/gpu_facts.py) on a 2-host lab of its own (127.0.44.N).
+"""The ``gpufleet.remediation.gpu_facts`` Ansible module (plugins/modules/gpu_facts.py) on a 2-host lab of its own
+(127.0.44.N).
 
-It runs through the project's ansible.cfg (``module_utils = remediation/probe``), over SSH with host keys
-checked, exactly as AWX or ``ansible-playbook`` from the repository root would run it.
+It runs through the project's ansible.cfg (``collections_path = collections``: the checkout is the collection), over
+SSH with host keys checked, exactly as AWX or ``ansible-playbook`` from the repository root would run it.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from remediation.skus import expected_gpu_count
 from tests.conftest import ROOT, lab_unavailable, make_lab
 
 BIN = Path(sys.executable).parent
+MODULE = "gpufleet.remediation.gpu_facts"
 
 
 def ansible_env(home: Path) -> dict[str, str]:
@@ -37,10 +39,11 @@ def ansible_env(home: Path) -> dict[str, str]:
 
 
 def run_module(lab: Any, home: Path, *args: str, limit: str = "gpu") -> dict[str, dict[str, Any]]:
-    """``ansible <limit> -m gpu_facts`` from the repository root; per-host results from the tree callback."""
+    """``ansible <limit> -m gpufleet.remediation.gpu_facts`` from the repository root; per-host results from the
+    tree callback."""
     tree = home / f"tree-{len(list(home.glob('tree-*')))}"
     proc = subprocess.run(
-        [str(BIN / "ansible"), limit, "-i", str(lab.cfg.inventory_path), "-m", "gpu_facts", "-t", str(tree), *args],
+        [str(BIN / "ansible"), limit, "-i", str(lab.cfg.inventory_path), "-m", MODULE, "-t", str(tree), *args],
         cwd=ROOT, env=ansible_env(home), capture_output=True, text=True, timeout=300, check=False,
     )
     assert proc.returncode == 0, proc.stdout + proc.stderr
@@ -104,7 +107,7 @@ def test_thermal_fault_shows_in_the_facts(facts_lab: Any, tmp_path: Path) -> Non
 @pytest.mark.lab
 def test_bad_option_fails_before_probing(facts_lab: Any, tmp_path: Path) -> None:
     proc = subprocess.run(
-        [str(BIN / "ansible"), "gpu-1", "-i", str(facts_lab.cfg.inventory_path), "-m", "gpu_facts",
+        [str(BIN / "ansible"), "gpu-1", "-i", str(facts_lab.cfg.inventory_path), "-m", MODULE,
          "-a", "nvml_timeout=0"],
         cwd=ROOT, env=ansible_env(tmp_path), capture_output=True, text=True, timeout=120, check=False,
     )
@@ -113,16 +116,19 @@ def test_bad_option_fails_before_probing(facts_lab: Any, tmp_path: Path) -> None
 
 
 def test_module_ships_the_probe_file_itself_as_module_utils(tmp_path: Path) -> None:
-    """ansible.cfg's module_utils path is what Ansible packs: the payload's gpuprobe.py IS the probe file."""
+    """The collection's module_utils is what Ansible packs: the payload's gpuprobe.py IS the probe file (the link
+    plugins/module_utils/gpuprobe.py -> remediation/probe/gpuprobe.py)."""
     remote_tmp = tmp_path / "remote"
     env = ansible_env(tmp_path) | {"ANSIBLE_KEEP_REMOTE_FILES": "1", "ANSIBLE_PIPELINING": "0"}
     proc = subprocess.run(
-        [str(BIN / "ansible"), "localhost", "-c", "local", "-m", "gpu_facts", "-a", "nvml_timeout=2",
+        [str(BIN / "ansible"), "localhost", "-c", "local", "-m", MODULE, "-a", "nvml_timeout=2",
          "-e", f"ansible_remote_tmp={remote_tmp}", "-e", f"ansible_python_interpreter={sys.executable}"],
         cwd=ROOT, env=env, capture_output=True, text=True, timeout=120, check=False,
     )
     assert proc.returncode == 0, proc.stdout + proc.stderr
     (wrapper,) = remote_tmp.glob("*/AnsiballZ_gpu_facts.py")
     subprocess.run([sys.executable, str(wrapper), "explode"], cwd=wrapper.parent, check=True, capture_output=True)
-    shipped = wrapper.parent / "debug_dir" / "ansible" / "module_utils" / "gpuprobe.py"
+    utils = wrapper.parent / "debug_dir" / "ansible_collections" / "gpufleet" / "remediation" / "plugins"
+    utils = utils / "module_utils"
+    shipped = utils / "gpuprobe.py"
     assert shipped.read_bytes() == (ROOT / "remediation" / "probe" / "gpuprobe.py").read_bytes()

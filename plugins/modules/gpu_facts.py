@@ -2,9 +2,10 @@
 # Apache-2.0 (see the project's pyproject.toml)
 """Ansible module: the GPU host probe's facts document as ``ansible_facts.gpufleet``.
 
-The collection code is ``remediation/probe/gpuprobe.py`` itself, reached as ``ansible.module_utils.gpuprobe``
-through ``module_utils = remediation/probe`` in the project's ansible.cfg: one implementation for the SSH probe,
-the timer and this module.  It runs on the target: keep it Python 3.8 compatible, standard library only.
+The probe is ``plugins/module_utils/gpuprobe.py`` of the collection, a symbolic link to
+``remediation/probe/gpuprobe.py``: one implementation for the SSH probe, the timer and this module (ansible-galaxy
+keeps a link inside the collection as a link, so the installed collection has the same single file).  It runs on
+the target: keep it Python 3.8 compatible, standard library only.
 """
 
 DOCUMENTATION = r"""
@@ -35,29 +36,32 @@ options:
     default: false
 attributes:
   check_mode:
+    description: Can run in check_mode and return changed status prediction without modifying target.
     support: full
     details: Read-only; it collects the same facts in check mode.
   diff_mode:
+    description: Will return details on what has changed (or possibly needs changing in check_mode), when in diff mode.
     support: none
   facts:
+    description: Action returns an C(ansible_facts) dictionary that will update existing host facts.
     support: full
 requirements:
   - Python >= 3.8 on the target
   - pynvml (nvidia-ml-py) on the target, for the NVML section
 notes:
-  - Needs the project's ansible.cfg (C(module_utils = remediation/probe)) or the same path in
-    C(ANSIBLE_MODULE_UTILS), so that C(ansible.module_utils.gpuprobe) resolves to the probe.
+  - The probe is the collection's module_utils C(gpuprobe), the same file the SSH audit and the
+    C(gpufleet.remediation.gpu_probe_timer) role run.
   - Run it as root for the dpkg lock test; other sections work without.
 author:
-  - gpu-fleet-remediation maintainers
+  - gpu-fleet-remediation maintainers !UNKNOWN
 """
 
 EXAMPLES = r"""
 - name: Collect GPU facts
-  gpu_facts:
+  gpufleet.remediation.gpu_facts:
 
 - name: Collect GPU facts with a short NVML timeout and the unattended-upgrade dry run
-  gpu_facts:
+  gpufleet.remediation.gpu_facts:
     nvml_timeout: 5
     simulate_upgrades: true
 
@@ -96,7 +100,7 @@ ansible_facts:
 
 # Ansible's module layout: imports follow the documentation blocks.
 from ansible.module_utils.basic import AnsibleModule  # noqa: E402
-from ansible.module_utils.gpuprobe import SCHEMA, collect  # noqa: E402
+from ansible_collections.gpufleet.remediation.plugins.module_utils.gpuprobe import SCHEMA, collect  # noqa: E402
 
 
 def main():

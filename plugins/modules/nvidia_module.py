@@ -2,7 +2,7 @@
 # Apache-2.0 (see the project's pyproject.toml)
 """Ansible module: where the NVIDIA kernel module of one kernel is, and its version (read-only).
 
-Finds the module exactly as the probe does (``ansible.module_utils.gpuprobe.find_nvidia_module``: DKMS's
+Finds the module exactly as the probe does (``gpuprobe.find_nvidia_module``: DKMS's
 ``updates/dkms``, the kernel's own tree, then a bounded walk; ``.ko``, ``.ko.xz``, ``.ko.zst``, ``.ko.gz``), so the
 roles never judge a module by a path of their own. It runs on the target: Python 3.8, standard library only.
 """
@@ -24,12 +24,12 @@ options:
     type: str
     required: true
 author:
-  - gpu-fleet-remediation maintainers
+  - gpu-fleet-remediation maintainers !UNKNOWN
 """
 
 EXAMPLES = r"""
 - name: Where is the NVIDIA module for the booted kernel?
-  nvidia_module:
+  gpufleet.remediation.nvidia_module:
     kernel: "{{ ansible_kernel }}"
   register: module
 """
@@ -61,7 +61,7 @@ signed:
 import os  # noqa: E402
 
 from ansible.module_utils.basic import AnsibleModule  # noqa: E402
-from ansible.module_utils.gpuprobe import (  # noqa: E402
+from ansible_collections.gpufleet.remediation.plugins.module_utils.gpuprobe import (  # noqa: E402
     find_nvidia_module,
     module_signed,
     module_source,

@@ -3,33 +3,44 @@
 
 ``gpufleet_restore_decision`` runs the same code as ``invoke driver-restore`` (``remediation.restore.rules``
 over the probe's facts and the audit's checks), and ``gpufleet_restore_undo_steps`` the same undo bookkeeping
-(``remediation.restore.journal``). They run on the controller, from this repository.
+(``remediation.restore.journal``). They run on the controller and import the project's Python package
+(``gpu-fleet-remediation``) from the Python that runs Ansible: installed with pip next to ansible-core, in the
+execution environment, or the checkout's own virtualenv.
 """
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
+import importlib
+from typing import Any
 
-_PROJECT = Path(__file__).resolve().parents[3]
-if str(_PROJECT) not in sys.path:
-    sys.path.insert(0, str(_PROJECT))
+from ansible.errors import AnsibleFilterError
+
+
+def _library(module: str) -> Any:
+    try:
+        return importlib.import_module(module)
+    except ImportError as exc:
+        raise AnsibleFilterError(
+            f"gpufleet.remediation needs the Python package gpu-fleet-remediation in the Python that runs Ansible "
+            f"(cannot import {module}: {exc}); install it there with pip (the collection's requirements.txt), "
+            "or use the gpufleet execution environment"
+        ) from exc
 
 
 def gpufleet_restore_decision(doc, host, host_vars, prefer="rebuild", force=False, cordon_marker=None,
                               module_source="auto"):
-    from remediation.checks import Policy, run_checks
-    from remediation.facts import facts_from_dict
-    from remediation.restore.rules import decide
+    checks = _library("remediation.checks")
+    facts_from_dict = _library("remediation.facts").facts_from_dict
+    decide = _library("remediation.restore.rules").decide
 
     facts = facts_from_dict(doc, host=host)
     expected = host_vars.get("nvidia_driver_expected_version") or None
     count = host_vars.get("gpu_expected_count")
-    policy = Policy(
+    policy = checks.Policy(
         expected_driver_version=str(expected) if expected else None,
         host_gpu_count={host: int(count)} if count not in (None, "") else {},
     )
-    findings = run_checks(facts, policy)
+    findings = checks.run_checks(facts, policy)
     return decide(
         host, facts, findings, host_vars, prefer=prefer, force=bool(force), cordon_marker=cordon_marker,
         module_source=str(module_source or "auto"),
@@ -37,23 +48,19 @@ def gpufleet_restore_decision(doc, host, host_vars, prefer="rebuild", force=Fals
 
 
 def gpufleet_restore_method(host_vars, requested="auto"):
-    from remediation.restore.rules import resolve_method
-
-    return resolve_method(requested, host_vars)
+    return _library("remediation.restore.rules").resolve_method(requested, host_vars)
 
 
 def gpufleet_restore_undo_steps(journal, installed, held, grub_lines, present_paths=()):
-    from remediation.restore.journal import undo_steps_from_dicts
-
+    undo_steps_from_dicts = _library("remediation.restore.journal").undo_steps_from_dicts
     return undo_steps_from_dicts(journal, list(installed), list(held), dict(grub_lines), list(present_paths))
 
 
 def gpufleet_signed_build(show_text, driver_upstream):
     """``apt-cache show`` of a signed module package -> the version built for ``driver_upstream`` ('' when none)."""
-    from remediation.kernelupdate.rules import parse_available, signed_build_for
-
-    for offers in parse_available(show_text or "").values():
-        build = signed_build_for(offers, str(driver_upstream))
+    rules = _library("remediation.kernelupdate.rules")
+    for offers in rules.parse_available(show_text or "").values():
+        build = rules.signed_build_for(offers, str(driver_upstream))
         if build is not None:
             return build.version
     return ""

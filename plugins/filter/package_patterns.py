@@ -1,4 +1,9 @@
-"""Filters of the unattended_upgrades_blacklist role: check Package-Blacklist entries before they are written."""
+# Apache-2.0 (see the project's pyproject.toml)
+"""Package name patterns checked before any is written or held (roles unattended_upgrades_blacklist, gpu_kernel_hold).
+
+Both roles apply their entries the way unattended-upgrades applies ``Package-Blacklist``: Python's ``re.match``
+against package names. One check for both, so an entry one role accepts the other accepts too.
+"""
 
 from __future__ import annotations
 
@@ -10,12 +15,13 @@ _CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 
 
 def pattern_problems(patterns: Any, variable: str = "patterns") -> list[str]:
-    """One message per bad entry of ``patterns``; empty when every entry is a usable Package-Blacklist entry.
+    """One message per bad entry of ``patterns``; empty when every entry is a usable package name pattern.
 
-    unattended-upgrades applies each entry with Python's ``re.match`` to package names, so an entry must
-    compile as a Python regular expression (an invalid one crashes unattended-upgrade), must be anchored
-    with ``^`` (the anchor re.match implies, written out), and must not match every name (``""``, ``"^"`` and
-    ``"^.*"`` would stop all updates, security ones included).
+    unattended-upgrades applies each Package-Blacklist entry with Python's ``re.match`` to package names (and
+    gpu_kernel_hold applies its own the same way), so an entry must compile as a Python regular expression (an
+    invalid one crashes unattended-upgrade), must be anchored with ``^`` (the anchor re.match implies, written out),
+    and must not match every name (``""``, ``"^"`` and ``"^.*"`` would stop all updates, security ones included,
+    or hold every installed package).
     """
     if not isinstance(patterns, (list, tuple)):
         return [f"{variable} must be a list of regular expressions, not {type(patterns).__name__}"]
@@ -35,7 +41,7 @@ def pattern_problems(patterns: Any, variable: str = "patterns") -> list[str]:
         elif not entry.startswith("^"):
             problems.append(f"{where}: not anchored; write it as {'^' + entry!r} (entries match from the start)")
         elif compiled.match(""):
-            problems.append(f"{where}: matches every package name (it would block all updates)")
+            problems.append(f"{where}: matches every package name")
     return problems
 
 
@@ -46,4 +52,4 @@ def patterns_problems(lists: Any) -> list[str]:
 
 class FilterModule:
     def filters(self) -> dict[str, Any]:
-        return {"unattended_upgrades_blacklist_pattern_problems": patterns_problems}
+        return {"package_pattern_problems": patterns_problems}

@@ -2,7 +2,7 @@
 # Apache-2.0 (see the project's pyproject.toml)
 """Ansible module: wait until no apt or dpkg process holds the dpkg locks (read-only).
 
-The lock check is the probe's own (``ansible.module_utils.gpuprobe.lock_state``: a non-blocking POSIX write lock,
+The lock check is the probe's own (``gpuprobe.lock_state``: a non-blocking POSIX write lock,
 taken and dropped at once, as dpkg and apt take theirs). The driver restore's undo waits here first, so that a step
 of a run that was cut short (a playbook killed by its timeout leaves apt running on the host) finishes before the
 undo reads the host's state. Python 3.8, standard library only; runs on the target.
@@ -23,12 +23,12 @@ options:
     type: float
     default: 60
 author:
-  - gpu-fleet-remediation maintainers
+  - gpu-fleet-remediation maintainers !UNKNOWN
 """
 
 EXAMPLES = r"""
 - name: Wait for a running apt to finish
-  dpkg_idle:
+  gpufleet.remediation.dpkg_idle:
     timeout: 120
 """
 
@@ -43,7 +43,7 @@ waited:
 import time  # noqa: E402
 
 from ansible.module_utils.basic import AnsibleModule  # noqa: E402
-from ansible.module_utils.gpuprobe import lock_state  # noqa: E402
+from ansible_collections.gpufleet.remediation.plugins.module_utils.gpuprobe import lock_state  # noqa: E402
 
 LOCKS = ("/var/lib/dpkg/lock-frontend", "/var/lib/dpkg/lock")
 

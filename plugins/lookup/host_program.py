@@ -1,0 +1,87 @@
+# Apache-2.0 (see the project's pyproject.toml)
+"""Lookup: the path, on the controller, of a program the project runs on GPU hosts.
+
+The programs are files of the project's Python package (``gpu-fleet-remediation``), found in the Python that runs
+Ansible the way Python finds them: the roles copy the same file the SSH fan-out sends, wherever the package is
+installed (a virtualenv, the execution environment, the checkout's own ``.venv``), never through a path into a
+repository.
+"""
+
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+name: host_program
+short_description: Path of a host-side program of the gpu-fleet-remediation Python package
+version_added: "0.1.0"
+description:
+  - Returns the path, on the controller, of a program of the installed Python package C(gpu-fleet-remediation)
+    that the roles copy to GPU hosts; the same file the SSH fan-out of C(invoke audit) and C(invoke train.monitor)
+    sends over SSH.
+  - The package is found in the Python that runs Ansible; without it the lookup fails naming the package.
+options:
+  _terms:
+    description:
+      - Program names. C(gpuprobe) is the host probe (C(remediation/probe/gpuprobe.py)); C(gpumemlog) is the GPU
+        memory sampler (C(remediation/train/sampler.py)).
+    type: list
+    elements: str
+    required: true
+author:
+  - gpu-fleet-remediation maintainers !UNKNOWN
+"""
+
+EXAMPLES = r"""
+- name: Install the probe the audit runs
+  ansible.builtin.copy:
+    src: "{{ lookup('gpufleet.remediation.host_program', 'gpuprobe') }}"
+    dest: /usr/local/lib/gpufleet/gpuprobe.py
+    mode: "0755"
+"""
+
+RETURN = r"""
+_raw:
+  description: One absolute path per program name.
+  type: list
+  elements: path
+"""
+
+# Ansible's plugin layout: imports follow the documentation blocks.
+import importlib.util  # noqa: E402
+import os  # noqa: E402
+
+from ansible.errors import AnsibleLookupError  # noqa: E402
+from ansible.plugins.lookup import LookupBase  # noqa: E402
+
+# name -> (package, file in that package); the package is located without being imported (find_spec imports only
+# its parents), so the lookup stays cheap.
+PROGRAMS = {
+    "gpuprobe": ("remediation.probe", "gpuprobe.py"),
+    "gpumemlog": ("remediation.train", "sampler.py"),
+}
+
+
+def program_path(name):
+    if name not in PROGRAMS:
+        raise AnsibleLookupError(f"unknown host program {name!r}; known: {', '.join(sorted(PROGRAMS))}")
+    package, filename = PROGRAMS[name]
+    try:
+        spec = importlib.util.find_spec(package)
+    except ImportError:
+        spec = None
+    if spec is None or not spec.submodule_search_locations:
+        raise AnsibleLookupError(
+            f"host program {name!r} is part of the Python package gpu-fleet-remediation, which the Python that "
+            f"runs Ansible cannot import ({package}); install it there with pip (the collection's requirements.txt), "
+            "or use the gpufleet execution environment"
+        )
+    for location in spec.submodule_search_locations:
+        path = os.path.join(location, filename)
+        if os.path.isfile(path):
+            return os.path.realpath(path)
+    raise AnsibleLookupError(f"host program {name!r}: {filename} is missing from the installed package {package}")
+
+
+class LookupModule(LookupBase):
+    def run(self, terms, variables=None, **kwargs):
+        self.set_options(var_options=variables, direct=kwargs)
+        return [program_path(str(term)) for term in terms]

@@ -1,0 +1,1 @@
+../../remediation/probe/gpuprobe.py
