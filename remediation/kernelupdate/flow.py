@@ -218,6 +218,7 @@ def _apply(batch: Sequence[KernelPlan], inventory: str | Path, settings: dict[st
     extravars = dict(settings)
     extravars["gpu_kernel_update_operation"] = "update"
     extravars["gpu_kernel_update_planned"] = {p.host: p.target_kernel for p in batch}
+    extravars["gpu_kernel_update_plans"] = {p.host: p.to_dict() for p in batch}
     extravars["kernel_update_batch"] = max(1, len(batch))
     extravars["kernel_update_max_fail_percentage"] = 100  # the flow counts failures itself
     try:

@@ -214,3 +214,21 @@ def test_driver_restore_uses_the_signed_package_on_a_secure_boot_host(
     after = run_audit(_hosts(lab, "gpu-3"), AUDIT).host("gpu-3")
     assert after.facts is not None and after.facts.nvml.ok
     assert after.facts.booted_kernel is not None and after.facts.booted_kernel.nvidia_module.signed is True
+
+
+def test_a_host_that_changes_after_the_plan_is_refused_unchanged(generic: tuple[Any, dict[str, Any]]) -> None:
+    """The play takes the printed plan and checks again what may change: a job started after the plan was shown."""
+    lab, runs = generic
+    before = _boot_state(lab, "gpu-2")
+
+    def start_a_job(plan: Any) -> bool:
+        inject(lab, "gpu-2", "gpu-job")
+        return True
+
+    opts = KernelUpdateOptions(allow_reboot=True, reboot_timeout=30, apt_lock_timeout=10,
+                               state_dir=runs["check"].options.state_dir)
+    result = kernel_update(_hosts(lab, "gpu-2"), lab.cfg.inventory_path, AUDIT, opts, confirm=start_a_job)
+    o = result.outcome("gpu-2")
+    assert o.plan.changes_host and o.status is KernelStatus.FAILED
+    assert "changed since the plan was printed" in o.detail and "nothing was changed" in o.detail
+    assert o.changed == () and _boot_state(lab, "gpu-2") == before
