@@ -9,10 +9,10 @@ from __future__ import annotations
 
 from invoke import Collection
 
-from commands import aks, aoai, audit, demo, driver, harden, k8s, lab, quota, train
+from commands import aks, aoai, audit, demo, driver, harden, k8s, kernel, lab, quota, train
 from remediation.aoai.settings import AoaiSettings
 from remediation.azure.settings import AzureSettings
-from remediation.config import AuditSettings, RestoreSettings, defaults
+from remediation.config import AuditSettings, KernelUpdateSettings, RestoreSettings, defaults
 from remediation.k8s.settings import K8sSettings
 from remediation.train.settings import TrainSettings
 
@@ -20,6 +20,7 @@ ns = Collection(demo.demo, audit.diagnose)
 ns.add_collection(audit.ns)
 ns.add_collection(harden.ns)
 ns.add_collection(driver.ns)
+ns.add_collection(kernel.ns)
 ns.add_collection(lab.ns)
 ns.add_collection(k8s.ns)
 ns.add_collection(aoai.ns)
@@ -30,6 +31,7 @@ ns.configure(
     {
         "audit": defaults(AuditSettings),
         "driver_restore": defaults(RestoreSettings),
+        "kernel_update": defaults(KernelUpdateSettings),
         "k8s": defaults(K8sSettings),
         "aoai": defaults(AoaiSettings),
         "azure": defaults(AzureSettings),

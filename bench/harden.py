@@ -1,6 +1,7 @@
-"""Benchmark: `harden` on 30 lab hosts, against the floor (`ansible all -m ping`) and a plain ansible-playbook run.
+"""Benchmark: `harden` and `kernel-update` on 30 lab hosts, against the floor (`ansible all -m ping`), the audit and
+plain ansible-playbook runs.
 
-    .venv/bin/python bench/harden.py [--hosts 30]
+    .venv/bin/python bench/harden.py [--hosts 30] [--part harden|kernel-update|all]
 
 In one run, on fresh hosts each time:
 1. ``ansible all -m ping`` (the floor: what any Ansible contact with the fleet costs);
@@ -9,6 +10,12 @@ In one run, on fresh hosts each time:
 4. the same roles as a plain ``ansible-playbook playbooks/harden.yml`` run on fresh unhardened hosts;
 5. the audit alone, for the ratio of 3. to it.
 Targets: 3. <= 1.5x 5.; 2. <= 4. Not a test: figures go into the README.
+
+``--part kernel-update``, on fresh generic hosts (6.5.0-44 booted, 6.5.0-45 offered by the lab's security pocket):
+6. ``kernel-update --check`` (audit, what apt offers each host, the plan) against 7. the audit alone (target <= 1.5x);
+8. the full rolling update (install, gate 1, trial boot, gate 2, promote, hold) in 25 % batches against 9. plain
+   ``ansible-playbook playbooks/kernel_update.yml`` doing the same steps with ``kernel_update_batch=25%`` on fresh
+   hosts (target <= 1.0x).
 """
 
 from __future__ import annotations
@@ -29,6 +36,7 @@ from lab.control import Lab  # noqa: E402
 from remediation.audit import AuditOptions, run_audit  # noqa: E402
 from remediation.harden import harden  # noqa: E402
 from remediation.inventory import load  # noqa: E402
+from remediation.kernelupdate.flow import KernelUpdateOptions, kernel_update  # noqa: E402
 
 
 def timed(fn):  # type: ignore[no-untyped-def]
@@ -40,9 +48,15 @@ def timed(fn):  # type: ignore[no-untyped-def]
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--hosts", type=int, default=30)
+    ap.add_argument("--part", choices=("harden", "kernel-update", "all"), default="all")
     args = ap.parse_args()
-    n = args.hosts
-    tmp = Path(tempfile.mkdtemp(prefix="gpulab-bench-harden-"))
+    if args.part in ("harden", "all"):
+        bench_harden(args.hosts)
+    if args.part in ("kernel-update", "all"):
+        bench_kernel_update(args.hosts)
+
+
+def _lab(tmp: Path) -> Lab:
     settings = {
         "state_dir": str(tmp / "state"),
         "address_prefix": test_prefix("127.0.61"),
@@ -51,7 +65,49 @@ def main() -> None:
     }
     if not os.environ.get("GPULAB_CACHE_DIR"):
         settings["cache_dir"] = str(ROOT / ".lab/cache")
-    lab = Lab(LabConfig.from_mapping(settings, root=ROOT))
+    return Lab(LabConfig.from_mapping(settings, root=ROOT))
+
+
+def bench_kernel_update(n: int) -> None:
+    tmp = Path(tempfile.mkdtemp(prefix="gpulab-bench-kernel-"))
+    lab = _lab(tmp)
+    venv_bin = Path(sys.executable).parent
+    env = {**os.environ, "PATH": f"{venv_bin}:{os.environ['PATH']}", "ANSIBLE_CONFIG": str(ROOT / "ansible.cfg")}
+    inv = str(lab.cfg.inventory_path)
+    options = AuditOptions(concurrency=n)
+    quarter = max(1, n // 4)  # what Ansible's serial: 25% gives (rounded down): the same batches on both sides
+    try:
+        lab.up(n)
+        hosts = load(inv, "gpu")
+        audit, _ = timed(lambda: run_audit(hosts, options))
+        check, rc = timed(lambda: kernel_update(hosts, inv, options, KernelUpdateOptions(dry_run=True, state_dir=tmp)))
+        assert rc.stopped == "dry-run" and all(p.changes_host for p in rc.plan), [p.reason for p in rc.plan]
+        full, rf = timed(lambda: kernel_update(hosts, inv, options, KernelUpdateOptions(
+            allow_reboot=True, batch=quarter, max_failures=n, reboot_timeout=120, state_dir=tmp)))
+        assert rf.exit_code == 0, [(o.host, o.status, o.detail) for o in rf.outcomes if not o.ok]
+        lab.down(purge=True)
+        lab.up(n)
+        plain, proc = timed(
+            lambda: subprocess.run(
+                [str(venv_bin / "ansible-playbook"), "-i", inv, str(ROOT / "playbooks/kernel_update.yml"), "-f", str(n),
+                 "-e", "kernel_update_batch=25%", "-e", "gpu_kernel_update_allow_reboot=true",
+                 "-e", "gpu_kernel_update_reboot_timeout=120"],
+                env=env, capture_output=True, text=True, check=False,
+            )
+        )
+        assert proc.returncode == 0, proc.stdout[-2000:]
+    finally:
+        lab.down(purge=True)
+    print("| hosts | audit | kernel-update --check | kernel-update, 25 % batches | plain ansible-playbook, 25 % |")
+    print("|---|---|---|---|---|")
+    print(f"| {n} | {audit:.1f} s | {check:.1f} s | {full:.1f} s | {plain:.1f} s |")
+    print(f"\nkernel-update --check / audit: {check / audit:.2f}x (target <= 1.5x)")
+    print(f"kernel-update / plain ansible-playbook: {full / plain:.2f}x (target <= 1.0x)")
+
+
+def bench_harden(n: int) -> None:
+    tmp = Path(tempfile.mkdtemp(prefix="gpulab-bench-harden-"))
+    lab = _lab(tmp)
     venv_bin = Path(sys.executable).parent
     env = {**os.environ, "PATH": f"{venv_bin}:{os.environ['PATH']}", "ANSIBLE_CONFIG": str(ROOT / "ansible.cfg")}
     inv = str(lab.cfg.inventory_path)

@@ -39,6 +39,7 @@ def restore_options(c: Any, **flags: Any) -> Any:
             state_dir=ROOT / (cfg.state_dir or history_dir),
             lock_ttl_s=cfg.lock_ttl_s,
             playbook_timeout=cfg.playbook_timeout,
+            module_source=str(pick("module_source")),
         ).validate()
     except ValueError as exc:
         raise RestoreError(
@@ -61,6 +62,7 @@ def restore_options(c: Any, **flags: Any) -> Any:
         "max_failures": "stop after this many failed hosts (default 1); later hosts are not touched",
         "force": "restore even on hosts with running GPU compute processes",
         "prefer": "rebuild | previous-kernel: for a booted kernel without module",
+        "module_source": "auto | dkms | signed: where a rebuilt module comes from (auto: signed under Secure Boot)",
         "reboot_timeout": "seconds a rebooting host has to come back (default 600)",
         "report": "write the incident report here (default .audit/driver-restore-<fleet>-<run>.md)",
     },
@@ -82,6 +84,7 @@ def driver_restore(  # type: ignore[no-untyped-def]
     prefer=None,
     reboot_timeout=None,
     report=None,
+    module_source=None,
 ):
     """Restore the NVIDIA driver after a kernel update: rolling, NVML-gated, undo on failure.
 
@@ -98,6 +101,7 @@ def driver_restore(  # type: ignore[no-untyped-def]
         c,
         method=method,
         prefer=prefer,
+        module_source=module_source,
         allow_reboot=allow_reboot,
         dry_run=check,
         batch=batch,

@@ -48,7 +48,9 @@ class Scene:
 
 
 #: Scene modules in the order the demo plays them.
-SCENE_MODULES: tuple[str, ...] = ("demo.s1_driver", "demo.train", "demo.azure", "demo.k8s", "demo.aoai")
+SCENE_MODULES: tuple[str, ...] = (
+    "demo.s1_driver", "demo.kernel_update", "demo.train", "demo.azure", "demo.k8s", "demo.aoai"
+)
 
 
 def scenes() -> list[Scene]:

@@ -26,6 +26,7 @@ from remediation.errors import UsageError
 __all__ = [
     "AuditSettings",
     "FleetSpec",
+    "KernelUpdateSettings",
     "RestoreSettings",
     "defaults",
     "fleets_from_mapping",
@@ -169,3 +170,18 @@ class RestoreSettings:
     state_dir: str = ""  # default: audit.history_dir
     lock_ttl_s: float = 6 * 3600.0  # expiry of the local lock and of the leases on the hosts
     playbook_timeout: int = 0  # seconds one batch's playbook may run; 0: reboot_timeout + 1200
+    module_source: str = "auto"  # auto (signed under Secure Boot, else DKMS) | dkms | signed
+
+
+@dataclass(frozen=True)
+class KernelUpdateSettings:
+    """``kernel_update:``: defaults of ``invoke kernel-update`` (every one also a flag but the lock's)."""
+
+    module_source: str = "auto"  # auto (signed under Secure Boot, else DKMS) | dkms | signed
+    batch: int = 1
+    max_failures: int = 1
+    reboot_timeout: int = 600
+    apt_lock_timeout: int = 60
+    state_dir: str = ""  # default: audit.history_dir
+    lock_ttl_s: float = 6 * 3600.0
+    playbook_timeout: int = 0  # seconds one batch's playbook may run; 0: 2 x reboot_timeout + 1200

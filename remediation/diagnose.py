@@ -159,6 +159,10 @@ def _kernel_facts(log: klog_mod.KernelLog) -> dict[str, Any]:
         "rm_init_failures": [{"pci": r.pci, "code": r.code, "minor": r.minor} for r in log.rm_init_failures],
         "module_missing": [{"module": m.module, "kernel": m.kernel} for m in log.module_missing],
         "firmware_failures": [{"path": f.path, "error": f.error} for f in log.firmware_failures],
+        "module_rejections": [
+            {"module": r.module, "reason": r.reason, "program": r.program} for r in log.module_rejections
+        ],
+        "unsigned_module_tainted": log.unsigned_module_tainted,
         "driver_version": log.driver_version,
         "open_kernel_module": log.open_kernel_module,
         "modinfo": None

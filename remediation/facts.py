@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from remediation.errors import ProbeError
+from remediation.kernelflavour import flavour_of
 from remediation.parsers import apt_history as _apt_history
 from remediation.parsers import dkms as _dkms
 from remediation.parsers import kernel_log as _kernel_log
@@ -42,6 +43,7 @@ __all__ = [
     "ProcessInfo",
     "RemappedRows",
     "RetiredPages",
+    "SecureBootFacts",
     "SystemFacts",
     "TemperatureThresholds",
     "UnattendedUpgradesFacts",
@@ -71,6 +73,21 @@ class SystemFacts:
     os_pretty_name: str | None
     reboot_required: bool
     reboot_required_pkgs: tuple[str, ...]
+    kernel_flavour: str | None = None  # the booted kernel's flavour (``azure``, ``generic``), from ``uname -r``
+
+
+@dataclass(frozen=True)
+class SecureBootFacts:
+    """Secure Boot on the host: ``enabled`` None when it cannot be told. ``source``: ``efivars`` (the SecureBoot EFI
+    variable), ``mokutil`` (``mokutil --sb-state``), ``no-efi`` (a BIOS boot has no Secure Boot), or None."""
+
+    enabled: bool | None = None
+    source: str | None = None
+    error: str | None = None
+
+    @property
+    def state(self) -> str:
+        return "unknown" if self.enabled is None else ("enabled" if self.enabled else "disabled")
 
 
 # --- NVML -----------------------------------------------------------------------------------------------------
@@ -196,9 +213,24 @@ class NvmlFacts:
 
 @dataclass(frozen=True)
 class NvidiaModule:
+    """The NVIDIA module modprobe would load for one kernel (DKMS's ``updates/dkms`` first, as depmod searches).
+
+    ``source``: ``dkms`` | ``package`` (the kernel's own tree: a precompiled package) | ``other`` | None (no
+    module). ``signed``: the file ends with the kernel's signature magic (None: unreadable or ``.ko.zst``).
+    ``would_load``: the kernel would load it under the host's Secure Boot state (None: cannot be told).
+    """
+
     present: bool
     version: str | None
     path: str | None
+    source: str | None = None
+    signed: bool | None = None
+    would_load: bool | None = None
+
+    @property
+    def rejected_by_secure_boot(self) -> bool:
+        """Present, and Secure Boot would refuse it (unsigned)."""
+        return self.present and self.would_load is False
 
 
 @dataclass(frozen=True)
@@ -221,10 +253,19 @@ class KernelPackage:
     modules_installed: bool
     nvidia_module: NvidiaModule
     dkms: tuple[DkmsTreeEntry, ...] = ()
+    flavour: str | None = None
+    signed_module_packages: tuple[str, ...] = ()  # installed linux-modules-nvidia-<branch>-<release>
 
     @property
     def has_nvidia_module(self) -> bool:
         return self.nvidia_module.present
+
+    @property
+    def module_usable(self) -> bool | None:
+        """A module exists and the kernel would load it (None: whether it loads cannot be told)."""
+        if not self.nvidia_module.present:
+            return False
+        return self.nvidia_module.would_load
 
 
 @dataclass(frozen=True)
@@ -352,6 +393,7 @@ class HostFacts:
     errors: tuple[ProbeSectionError, ...]
     raw: Mapping[str, Any] = field(compare=False, hash=False, repr=False)
     device_users: DeviceUsers = DeviceUsers()
+    secure_boot: SecureBootFacts = SecureBootFacts()
 
     @property
     def apt_transactions(self) -> tuple[AptTransaction, ...]:
@@ -475,7 +517,14 @@ def _system(r: _Reader) -> SystemFacts:
         os_pretty_name=os_release.opt_str("PRETTY_NAME"),
         reboot_required=r.flag("reboot_required"),
         reboot_required_pkgs=r.strings("reboot_required_pkgs"),
+        kernel_flavour=r.opt_str("kernel_flavour") or flavour_of(r.opt_str("kernel")),
     )
+
+
+def _secure_boot(r: _Reader) -> SecureBootFacts:
+    if not r.data:
+        return SecureBootFacts(error="section missing (older probe, or the section failed)")
+    return SecureBootFacts(enabled=r.opt_bool("enabled"), source=r.opt_str("source"), error=r.opt_str("error"))
 
 
 def _clock_pairs(r: _Reader, key: str) -> tuple[tuple[str, int | None], ...]:
@@ -604,9 +653,19 @@ def _kernel(r: _Reader) -> KernelPackage:
         headers_installed=r.flag("headers_installed"),
         modules_installed=r.flag("modules_installed"),
         nvidia_module=NvidiaModule(
-            present=module.flag("present"), version=module.opt_str("version"), path=module.opt_str("path")
+            present=module.flag("present"),
+            version=module.opt_str("version"),
+            path=module.opt_str("path"),
+            source=module.opt_str("source"),
+            signed=module.opt_bool("signed"),
+            would_load=(
+                module.opt_bool("would_load") if "would_load" in module.data
+                else (None if module.flag("present") else False)
+            ),
         ),
         dkms=tuple(dkms),
+        flavour=r.opt_str("flavour") or flavour_of(release),
+        signed_module_packages=r.strings("signed_module_packages"),
     )
 
 
@@ -738,4 +797,5 @@ def facts_from_dict(d: Mapping[str, Any], host: str | None = None) -> HostFacts:
         errors=_errors(name, d.get("errors")),
         raw=d,
         device_users=_device_users(top.sub("device_users"), isinstance(d.get("device_users"), Mapping)),
+        secure_boot=_secure_boot(top.sub("secure_boot")),
     )

@@ -27,7 +27,8 @@ def _library(module: str) -> Any:
         ) from exc
 
 
-def gpufleet_restore_decision(doc, host, host_vars, prefer="rebuild", force=False, cordon_marker=None):
+def gpufleet_restore_decision(doc, host, host_vars, prefer="rebuild", force=False, cordon_marker=None,
+                              module_source="auto"):
     checks = _library("remediation.checks")
     facts_from_dict = _library("remediation.facts").facts_from_dict
     decide = _library("remediation.restore.rules").decide
@@ -41,7 +42,8 @@ def gpufleet_restore_decision(doc, host, host_vars, prefer="rebuild", force=Fals
     )
     findings = checks.run_checks(facts, policy)
     return decide(
-        host, facts, findings, host_vars, prefer=prefer, force=bool(force), cordon_marker=cordon_marker
+        host, facts, findings, host_vars, prefer=prefer, force=bool(force), cordon_marker=cordon_marker,
+        module_source=str(module_source or "auto"),
     ).to_dict()
 
 
@@ -54,9 +56,20 @@ def gpufleet_restore_undo_steps(journal, installed, held, grub_lines, present_pa
     return undo_steps_from_dicts(journal, list(installed), list(held), dict(grub_lines), list(present_paths))
 
 
+def gpufleet_signed_build(show_text, driver_upstream):
+    """``apt-cache show`` of a signed module package -> the version built for ``driver_upstream`` ('' when none)."""
+    rules = _library("remediation.kernelupdate.rules")
+    for offers in rules.parse_available(show_text or "").values():
+        build = rules.signed_build_for(offers, str(driver_upstream))
+        if build is not None:
+            return build.version
+    return ""
+
+
 class FilterModule:
     def filters(self):
         return {
+            "gpufleet_signed_build": gpufleet_signed_build,
             "gpufleet_restore_decision": gpufleet_restore_decision,
             "gpufleet_restore_method": gpufleet_restore_method,
             "gpufleet_restore_undo_steps": gpufleet_restore_undo_steps,

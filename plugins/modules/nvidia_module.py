@@ -47,6 +47,14 @@ version:
   description: The driver version the module carries, or null when it cannot be read.
   type: str
   returned: always
+source:
+  description: C(dkms) (updates/dkms), C(package) (the kernel's own tree, a precompiled package), C(other), or null.
+  type: str
+  returned: always
+signed:
+  description: Whether the module file ends with the kernel's signature magic (null for .ko.zst or unreadable).
+  type: bool
+  returned: always
 """
 
 # Ansible's module layout: imports follow the documentation blocks.
@@ -55,6 +63,8 @@ import os  # noqa: E402
 from ansible.module_utils.basic import AnsibleModule  # noqa: E402
 from ansible_collections.gpufleet.remediation.plugins.module_utils.gpuprobe import (  # noqa: E402
     find_nvidia_module,
+    module_signed,
+    module_source,
     module_version,
 )
 
@@ -64,14 +74,21 @@ def main():
     kernel = module.params["kernel"]
     if not kernel or "/" in kernel or kernel in (".", ".."):
         module.fail_json(msg=f"kernel {kernel!r} is not a kernel release (as `uname -r` prints it)")
-    path = find_nvidia_module(os.path.join("/lib/modules", kernel))
+    modules_dir = os.path.join("/lib/modules", kernel)
+    path = find_nvidia_module(modules_dir)
     version = None
+    signed = None
     if path is not None:
         try:
             version = module_version(path)
         except (OSError, EOFError, ValueError):
             version = None
-    module.exit_json(changed=False, present=path is not None, path=path, version=version)
+        try:
+            signed = module_signed(path)
+        except (OSError, EOFError, ValueError):
+            signed = None
+    module.exit_json(changed=False, present=path is not None, path=path, version=version,
+                     source=module_source(modules_dir, path), signed=signed)
 
 
 if __name__ == "__main__":

@@ -242,6 +242,35 @@ ENTRIES: tuple[CatalogEntry, ...] = (
             resolution="- Reload the module or reboot where allowed; `invoke driver-restore --limit HOST`",
         ),
     ),
+    CatalogEntry(
+        "GPU-DRV-008",
+        _S1,
+        _C,
+        "NVIDIA module present but rejected by Secure Boot (unsigned module)",
+        "invoke driver-restore --limit {host}",
+        _s1(
+            symptoms='`nvidia-smi` cannot communicate with the driver although nvidia.ko exists for the booted '
+            "kernel; `modprobe nvidia` prints \"modprobe: ERROR: could not insert 'nvidia': Key was rejected by "
+            'service" (older kernels: "Required key not available"); the kernel log says "Lockdown: modprobe: '
+            'unsigned module loading is restricted; see man kernel_lockdown.7".',
+            diagnosis="- `mokutil --sb-state` (SecureBoot enabled: Trusted Launch VMs on Azure)\n"
+            "- `modinfo nvidia | grep -E 'filename|signer|sig_key'` (updates/dkms and no signer: a DKMS build)\n"
+            "- `dmesg | grep -E 'Lockdown|Key was rejected'`; `journalctl -b -u systemd-modules-load`\n"
+            "- `dpkg -l 'linux-modules-nvidia-*'` (is the signed precompiled package installed?)",
+            root_cause="Secure Boot is on (Azure Trusted Launch) and the module DKMS built is not signed with a key "
+            "the kernel trusts (DKMS's own MOK needs enrolling at the VM console, which an unattended cloud VM does "
+            "not have), so the kernel refuses it. Rebuilding with DKMS does not help.",
+            resolution="- Install Ubuntu's signed precompiled module for the booted kernel: `sudo apt install "
+            "linux-modules-nvidia-535-$(uname -r)` (and the `linux-modules-nvidia-535-azure` meta-package), remove "
+            "the DKMS build (`sudo dkms remove nvidia/VER -k $(uname -r)`), reboot\n"
+            "- Automated: `invoke driver-restore --limit HOST --allow-reboot` (picks the signed package when Secure "
+            "Boot is on)",
+            prevention="- On Secure Boot hosts use the signed module packages, not DKMS "
+            "(`driver_restore.module_source: auto`)\n"
+            "- Move kernels with `invoke kernel-update`: gate 1 refuses a module Secure Boot would reject before any "
+            "reboot",
+        ),
+    ),
     # --- S1: kernel / packages -------------------------------------------------------------------------------
     CatalogEntry(
         "GPU-KRN-001",

@@ -16,6 +16,9 @@ stand in for them in text.
 - GPU-DRV-006: the probe's NVML call hung.
 - GPU-DRV-007: API mismatch lines in the kernel log while NVML did not report a mismatch (or NVML's state is not
   known): one finding listing every distinct client/module pair.
+- GPU-DRV-008: the booted kernel HAS an NVIDIA module but Secure Boot refuses it: the probe found it unsigned on a
+  host with Secure Boot on, or the kernel log says so (``Key was rejected by service``, ``Lockdown: ...: unsigned
+  module loading is restricted``); in text, those lines (with NVML failing, or NVML's state not known).
 - GPU-DRV-005 (fleet): a host's driver differs from the policy's version, else from the fleet's strict majority.
 """
 
@@ -37,6 +40,7 @@ __all__ = [
     "driver_not_installed",
     "driver_not_loaded",
     "host_driver_version",
+    "module_rejected_by_secure_boot",
     "nvml_failed_cause_unknown",
     "nvml_hung",
     "version_mismatch",
@@ -73,6 +77,8 @@ def driver_not_loaded(ev: Evidence) -> list[Finding]:
         return []  # NVML answered, or failed for another reason: that reason's rule
     if nvml is None and not log_missing and not text_missing:
         return []
+    if ev.kernel_log.nvidia_rejected and not log_missing and not text_missing:
+        return []  # the module exists and Secure Boot refused it: GPU-DRV-008
     facts = ev.facts
     if facts is not None:
         if _driver_absent(facts):
@@ -274,6 +280,58 @@ def api_mismatch_in_kernel_log(ev: Evidence) -> list[Finding]:
             host=ev.host,
         )
     ]
+
+
+def _module_words(source: str | None, signed: bool | None) -> str:
+    where = {"dkms": "built by DKMS", "package": "from a precompiled package", "other": "outside DKMS's tree"}
+    sig = {True: "signed", False: "unsigned", None: "signature unknown"}[signed]
+    return f"{sig}, {where.get(source or '', 'origin unknown')}"
+
+
+@rule("GPU-DRV-008")
+def module_rejected_by_secure_boot(ev: Evidence) -> list[Finding]:
+    """GPU-DRV-008: the NVIDIA module exists for the booted kernel but Secure Boot refuses to load it."""
+    rejected = ev.kernel_log.nvidia_rejected
+    facts = ev.facts
+    if ev.nvml_class not in (None, "driver_not_loaded"):
+        return []  # NVML answered (the module is loaded) or failed for another reason
+    if facts is None:
+        if not rejected:
+            return []
+        evidence = [*_nvml_lines(ev), *(r.text for r in rejected)]
+        named = next((r for r in rejected if r.module), None)
+        what = f"module {named.module!r}" if named else "an unsigned module"
+        words = "Key was rejected by service" if named and named.reason == "key-rejected" else rejected[0].reason
+        summary = (f"NVIDIA driver not loaded: Secure Boot refused {what} (the kernel log: {words})"
+                   "; install the signed precompiled module package (linux-modules-nvidia-BRANCH-$(uname -r))")
+        return [make_finding("GPU-DRV-008", summary, _uniq(evidence), host=ev.host)]
+    if ev.nvml_class is None:
+        return []
+    kernel = facts.booted_kernel
+    if kernel is None or not kernel.has_nvidia_module:
+        return []  # no module: GPU-DRV-001
+    module = kernel.nvidia_module
+    if module.would_load is not False and not rejected:
+        return []
+    booted = facts.system.kernel
+    sb = facts.secure_boot
+    evidence = _nvml_lines(ev)
+    evidence.append(
+        f"booted kernel {booted} has an NVIDIA module: {module.path} ({_module_words(module.source, module.signed)}"
+        f", version {module.version or '?'})"
+    )
+    evidence.append(f"Secure Boot {sb.state}" + (f" ({sb.source})" if sb.source else "") +
+                    ": the kernel loads only modules signed with a trusted key")
+    if kernel.signed_module_packages:
+        evidence.append("signed module package installed: " + ", ".join(kernel.signed_module_packages)
+                        + " (shadowed by the DKMS module in updates/dkms)")
+    else:
+        branch = facts.packages.driver_branch or "BRANCH"
+        evidence.append(f"no signed module package for {booted} (linux-modules-nvidia-{branch}-{booted})")
+    evidence.extend(f"kernel log: {r.text}" for r in rejected)
+    summary = (f"NVIDIA module for {booted} is present but Secure Boot refuses it: {module.path} is "
+               f"{_module_words(module.source, module.signed)}")
+    return [make_finding("GPU-DRV-008", summary, _uniq(evidence), host=ev.host)]
 
 
 def host_driver_version(facts: HostFacts) -> tuple[str | None, str]:

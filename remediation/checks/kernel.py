@@ -28,6 +28,7 @@ from remediation.checks.history import describe
 from remediation.checks.registry import rule
 from remediation.facts import HostFacts, KernelPackage
 from remediation.findings import Finding, Severity, make_finding
+from remediation.kernelflavour import is_flavour_meta
 from remediation.parsers import apt_history as apt_mod
 
 __all__ = [
@@ -64,14 +65,22 @@ def newer_kernel_without_module(ev: Evidence) -> list[Finding]:
     reboot = facts.system.reboot_required
     findings = []
     for kernel in facts.packages.kernels:
-        if kernel.release == booted_release or kernel.has_nvidia_module:
+        refused = kernel.nvidia_module.rejected_by_secure_boot
+        if kernel.release == booted_release or (kernel.has_nvidia_module and not refused):
             continue
         if not kernel_newer(kernel, booted_release, booted):
             continue
-        evidence = [
-            f"installed kernel {kernel.release} ({kernel.image_package} {kernel.image_version or '?'}) is newer than "
-            f"booted {booted_release} and /lib/modules/{kernel.release} has no nvidia.ko",
-        ]
+        if refused:
+            evidence = [
+                f"installed kernel {kernel.release} ({kernel.image_package} {kernel.image_version or '?'}) is newer "
+                f"than booted {booted_release}; its NVIDIA module {kernel.nvidia_module.path} is unsigned and Secure "
+                f"Boot is {facts.secure_boot.state}: the kernel will refuse it (GPU-DRV-008 after the reboot)",
+            ]
+        else:
+            evidence = [
+                f"installed kernel {kernel.release} ({kernel.image_package} {kernel.image_version or '?'}) is newer "
+                f"than booted {booted_release} and /lib/modules/{kernel.release} has no nvidia.ko",
+            ]
         if kernel.dkms:
             evidence.append("dkms: " + ", ".join(f"{d.module} {d.version} {d.state}" for d in kernel.dkms))
         else:
@@ -86,10 +95,11 @@ def newer_kernel_without_module(ev: Evidence) -> list[Finding]:
             evidence.append(f"reboot required ({pkgs}): the next reboot boots {kernel.release} without a GPU driver")
         else:
             evidence.append("no reboot pending")
+        what = "an NVIDIA module Secure Boot will refuse" if refused else "an NVIDIA module"
         findings.append(
             make_finding(
                 "GPU-KRN-001",
-                f"Kernel {kernel.release} is installed without an NVIDIA module; the next reboot breaks the GPUs",
+                f"Kernel {kernel.release} is installed without {what}; the next reboot breaks the GPUs",
                 evidence,
                 host=facts.host,
                 severity=Severity.CRITICAL if reboot else None,
@@ -111,7 +121,15 @@ def kernel_not_held(ev: Evidence) -> list[Finding]:
     wanted = [booted.image_package]
     if booted.headers_installed:
         wanted.append(f"linux-headers-{booted.release}")
-    wanted.extend(name for name in pkgs.kernel_meta_names if matches_any(name, ev.policy.kernel_blacklist_patterns))
+    wanted.extend(booted.signed_module_packages)
+    # The meta-packages of the booted flavour pull its next kernel in (linux-azure, linux-image-azure, ...,
+    # linux-modules-nvidia-535-azure); where the flavour is not known, the policy's kernel patterns decide.
+    flavour = facts.system.kernel_flavour
+    patterns = ev.policy.kernel_blacklist_patterns
+    wanted.extend(
+        name for name in pkgs.kernel_meta_names
+        if is_flavour_meta(name, flavour) or (flavour is None and matches_any(name, patterns))
+    )
     not_held = [name for name in wanted if name not in pkgs.held]
     if not not_held:
         return []

@@ -89,6 +89,8 @@ _KERNEL_MARKERS = (
     (re.compile(r"\bXid\s*\(", re.I), 2, 10),
     (re.compile(r"^(?:description:\s+NVIDIA core GPU kernel module|filename:\s+/lib/modules/\S*nvidia)", _M), 5, 2),
     (re.compile(r"modprobe: FATAL: Module nvidia", re.I), 2, 2),
+    (re.compile(r"insert (?:module )?'?nvidia\S*'?: (?:Key was rejected by service|Required key not available)"), 4, 2),
+    (re.compile(r"Lockdown: \S+: unsigned module loading is restricted"), 4, 2),
     (re.compile(r"^\s*\[\s*[0-9]+\.[0-9]+\]", re.M), 1, 5),
 )
 _APT_MARKERS = (

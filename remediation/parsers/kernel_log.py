@@ -28,6 +28,7 @@ __all__ = [
     "LogLine",
     "ModInfo",
     "ModuleMissing",
+    "ModuleRejection",
     "ProbeFailure",
     "RmInitFailure",
     "XidEvent",
@@ -104,6 +105,21 @@ class ModuleMissing:
 
 
 @dataclass(frozen=True)
+class ModuleRejection:
+    """The kernel refused to load a module for want of a trusted signature (Secure Boot / lockdown).
+
+    ``reason``: ``key-rejected`` ("Key was rejected by service", EKEYREJECTED), ``key-unavailable`` ("Required key
+    not available", ENOKEY, older kernels) or ``lockdown`` ("Lockdown: PROG: unsigned module loading is restricted",
+    which names the program, not the module). ``module`` is None where the line does not name it.
+    """
+
+    module: str | None
+    reason: str
+    program: str | None
+    text: str
+
+
+@dataclass(frozen=True)
 class FirmwareFailure:
     path: str | None  # e.g. "nvidia/570.144/gsp_ga10x.bin"
     error: int | None  # e.g. -2 (ENOENT)
@@ -133,11 +149,25 @@ class KernelLog:
     hosts: tuple[str, ...]
     nvrm_lines: tuple[LogLine, ...]
     evidence: tuple[str, ...]
+    module_rejections: tuple[ModuleRejection, ...] = ()
+    unsigned_module_tainted: bool = False  # "module verification failed: ... tainting kernel" (loaded unsigned)
+
+    @property
+    def nvidia_rejected(self) -> tuple[ModuleRejection, ...]:
+        """Rejections of an NVIDIA module, and the lockdown lines (which name no module) when NVIDIA context is
+        in the same log (a rejected nvidia, or no other module named)."""
+        named = [r for r in self.module_rejections if r.module is not None]
+        nvidia = [r for r in named if (r.module or "").startswith("nvidia")]
+        lockdown = [r for r in self.module_rejections if r.module is None]
+        if nvidia or (lockdown and not named):
+            return tuple(nvidia + lockdown)
+        return ()
 
     @property
     def is_empty(self) -> bool:
         return not (
-            self.xid_events
+            self.module_rejections
+            or self.xid_events
             or self.api_mismatches
             or self.fallen_off_bus
             or self.probe_failures
@@ -248,6 +278,16 @@ _RM_INIT_MINOR = re.compile(
 _MODPROBE = re.compile(
     r"modprobe: FATAL: Module (?P<mod>\S+?)\.? not found(?: in directory /lib/modules/(?P<k>[^/\s]+))?", _A
 )
+_INSERT_REJECTED = re.compile(
+    r"(?:(?P<prog>modprobe|insmod|systemd-modules-load)(?:\[[0-9]+\])?: )?"
+    r"(?:ERROR: could not insert|Failed to insert module|could not insert module) '?(?P<mod>[A-Za-z0-9_-]+?)'?:"
+    r" (?P<why>Key was rejected by service|Required key not available)",
+    _A,
+)
+_LOCKDOWN = re.compile(
+    r"Lockdown: (?P<prog>[^:\s]+): unsigned module loading is restricted", _A
+)
+_UNSIGNED_TAINT = re.compile(r"module verification failed: signature and/or required key missing", _A)
 _MODULES_DEP = re.compile(r"module (?P<mod>nvidia\S*) not found in modules\.dep", _A | re.I)
 _FIRMWARE = re.compile(r"Direct firmware load for (?P<path>\S+) failed with error (?P<err>-?[0-9]+)", _A)
 _NO_FIRMWARE = re.compile(r"RmFetchGspRmImages: No firmware image found", _A)
@@ -333,6 +373,8 @@ def parse(text: str) -> KernelLog:
     probe_errors: list[ProbeFailure] = []
     evidence: list[str] = []
     modinfo: dict[str, str] = {}
+    rejections: list[ModuleRejection] = []
+    tainted = False
     in_nvrm = False
 
     for i, line in enumerate(lines):
@@ -367,6 +409,17 @@ def parse(text: str) -> KernelLog:
         for mm in _MODPROBE.finditer(log.message):
             modules.append(ModuleMissing(mm.group("mod"), mm.group("k"), line.strip()))
             evidence.append(line.strip())
+        rj = _INSERT_REJECTED.search(log.message)
+        if rj:
+            why = "key-rejected" if rj.group("why").startswith("Key") else "key-unavailable"
+            rejections.append(ModuleRejection(rj.group("mod"), why, rj.group("prog"), line.strip()))
+            evidence.append(line.strip())
+        ld = _LOCKDOWN.search(log.message)
+        if ld:
+            rejections.append(ModuleRejection(None, "lockdown", ld.group("prog"), line.strip()))
+            evidence.append(line.strip())
+        if _UNSIGNED_TAINT.search(log.message):
+            tainted = True
         md = _MODULES_DEP.search(log.message)
         if md:
             modules.append(ModuleMissing(md.group("mod"), None, line.strip()))
@@ -489,4 +542,6 @@ def parse(text: str) -> KernelLog:
         hosts=tuple(hosts),
         nvrm_lines=tuple(nvrm_lines),
         evidence=unique(e for e in evidence if e),
+        module_rejections=tuple(rejections),
+        unsigned_module_tainted=tainted,
     )

@@ -97,7 +97,13 @@ CLOCK_EVENT_REASONS = (
     (0x0000000000000100, "display_clock_setting"),
 )
 
-KERNEL_LOG_PATTERN = re.compile(r"NVRM|nvidia|Xid|modprobe|fallen off the bus", re.IGNORECASE)
+# NVIDIA lines, plus the kernel's own words when it refuses an unsigned module (Secure Boot lockdown: the
+# ``Lockdown: systemd-modules-load: ...`` line at boot names no module).
+KERNEL_LOG_PATTERN = re.compile(
+    r"NVRM|nvidia|Xid|modprobe|fallen off the bus|Lockdown:|Key was rejected by service|Required key not available"
+    r"|module verification failed",
+    re.IGNORECASE,
+)
 # Stanzas worth sending: kernel image/headers/modules (versioned or meta) and NVIDIA/CUDA driver packages.
 # linux-libc-dev, linux-perf, linux-firmware alone do not qualify.
 KERNEL_FAMILY = (
@@ -700,12 +706,24 @@ def collect_system(options):
             break
     return {
         "kernel": release,
+        "kernel_flavour": kernel_flavour(release),
         "boot_id": boot_id.strip() if boot_id else None,
         "boot_time": boot_time,
         "os_release": os_release,
         "reboot_required": reboot_required,
         "reboot_required_pkgs": pkgs,
     }
+
+
+_RELEASE_RE = re.compile(r"^(?P<version>\d+\.\d+(?:\.\d+)?)-(?P<abi>\d+)(?:-(?P<flavour>[a-z][a-z0-9.+-]*))?$")
+
+
+def kernel_flavour(release):
+    # type: (Optional[str]) -> Optional[str]
+    """The flavour of a kernel release, as Ubuntu names its meta-packages: ``6.5.0-1025-azure`` -> ``azure``,
+    ``6.5.0-45-generic`` -> ``generic``, ``6.1.0-18-cloud-amd64`` -> ``cloud-amd64``; None when there is none."""
+    match = _RELEASE_RE.match(release or "")
+    return match.group("flavour") if match else None
 
 
 def parse_os_release(text):
@@ -721,6 +739,129 @@ def parse_os_release(text):
             value = value[1:-1]
         values[key.strip()] = value
     return {"ID": values.get("ID"), "VERSION_ID": values.get("VERSION_ID"), "PRETTY_NAME": values.get("PRETTY_NAME")}
+
+
+# --------------------------------------------------------------------------------------------------
+# Secure Boot and module signatures
+
+# The EFI global variable GUID (UEFI spec, EFI_GLOBAL_VARIABLE): 4 attribute bytes, then 1 byte, 1 = enabled.
+SECURE_BOOT_EFIVAR = "/sys/firmware/efi/efivars/SecureBoot-8be4df61-93ca-11d2-aa0d-00e098032b8c"
+# What the kernel appends to a signed module (scripts/sign-file.c, include/linux/module_signature.h).
+MODULE_SIGNATURE_MAGIC = b"~Module signature appended~\n"
+
+
+def parse_secure_boot_efivar(data):
+    # type: (bytes) -> Optional[bool]
+    """The SecureBoot EFI variable as efivarfs shows it (4 attribute bytes + the value) -> enabled?"""
+    if len(data) < 5:
+        return None
+    value = bytearray(data[4:5])[0]
+    if value in (0, 1):
+        return value == 1
+    return None
+
+
+_MOKUTIL_RE = re.compile(r"^SecureBoot (enabled|disabled)\s*$", re.MULTILINE)
+
+
+def parse_mokutil_sb_state(text):
+    # type: (str) -> Optional[bool]
+    """``mokutil --sb-state`` -> enabled?  (``SecureBoot enabled`` / ``SecureBoot disabled``; "This system doesn't
+    support Secure Boot" on a BIOS boot is disabled.)"""
+    match = _MOKUTIL_RE.search(text)
+    if match:
+        return match.group(1) == "enabled"
+    if "doesn't support Secure Boot" in text or "EFI variables are not supported" in text:
+        return False
+    return None
+
+
+def collect_secure_boot(options):
+    # type: (Options) -> Dict[str, Any]
+    """Secure Boot state: the EFI variable, else ``mokutil --sb-state``, else a host without EFI (a BIOS boot has no
+    Secure Boot), else unknown (``enabled`` null)."""
+    errors = []  # type: List[str]
+    path = options.path(SECURE_BOOT_EFIVAR)
+    try:
+        with open(path, "rb") as handle:
+            enabled = parse_secure_boot_efivar(handle.read(64))
+        if enabled is not None:
+            return {"enabled": enabled, "source": "efivars", "error": None}
+        errors.append("%s: unexpected content" % SECURE_BOOT_EFIVAR)
+    except (IOError, OSError) as exc:
+        if exc.errno != errno.ENOENT:
+            errors.append("%s: %s" % (SECURE_BOOT_EFIVAR, exc.strerror))
+    mokutil = _which("mokutil") if options.root in ("", "/") else None
+    if mokutil is not None:
+        run = run_command([mokutil, "--sb-state"], options.command_timeout)
+        enabled = parse_mokutil_sb_state(run["stdout"] + "\n" + run["stderr"])
+        if enabled is not None:
+            return {"enabled": enabled, "source": "mokutil", "error": None}
+        errors.append(run["error"] or "mokutil --sb-state: %s" % (run["stdout"] + run["stderr"]).strip()[:200])
+    if not os.path.isdir(options.path("/sys/firmware/efi")) and os.path.isdir(options.path("/sys/firmware")):
+        return {"enabled": False, "source": "no-efi", "error": None}
+    return {"enabled": None, "source": None, "error": "; ".join(errors) or "no EFI variable and no mokutil"}
+
+
+def module_signed(path):
+    # type: (str) -> Optional[bool]
+    """Does the module file end with the kernel's signature magic?  .ko.gz/.ko.xz are decompressed (the magic is
+    inside); .ko.zst cannot be (no zstd in the standard library): None."""
+    if path.endswith(".zst"):
+        return None
+    size = len(MODULE_SIGNATURE_MAGIC)
+    if path.endswith((".gz", ".xz")):
+        opener = gzip.open if path.endswith(".gz") else lzma.open  # type: Callable[..., Any]
+        tail = b""
+        total = 0
+        with opener(path, "rb") as handle:
+            while total < MODULE_SCAN_MAX_BYTES:
+                chunk = handle.read(1024 * 1024)
+                if not chunk:
+                    break
+                total += len(chunk)
+                tail = (tail + chunk)[-size:]
+        return tail == MODULE_SIGNATURE_MAGIC
+    with open(path, "rb") as handle:
+        handle.seek(0, os.SEEK_END)
+        if handle.tell() < size:
+            return False
+        handle.seek(-size, os.SEEK_END)
+        return handle.read(size) == MODULE_SIGNATURE_MAGIC
+
+
+def module_source(modules_dir, path):
+    # type: (str, Optional[str]) -> Optional[str]
+    """Where a kernel's NVIDIA module comes from, by its place under /lib/modules/<release>: ``dkms`` (DKMS installs
+    into ``updates/dkms``), ``package`` (the kernel's own tree, ``kernel/...``: a precompiled package such as
+    linux-modules-nvidia-535-<release>), ``other``; None without a module."""
+    if path is None:
+        return None
+    rel = os.path.relpath(path, modules_dir).replace(os.sep, "/")
+    if rel.startswith("updates/dkms/"):
+        return "dkms"
+    if rel.startswith("kernel/"):
+        return "package"
+    return "other"
+
+
+def would_load(present, signed, source, secure_boot):
+    # type: (bool, Optional[bool], Optional[str], Optional[bool]) -> Optional[bool]
+    """Would the kernel load this module?  A module signed by its distribution (a precompiled package) loads under
+    Secure Boot; without Secure Boot any module loads; with it an unsigned one is refused, and a DKMS module signed
+    with DKMS's own key loads only if that key is enrolled, which the probe cannot see.  None where it cannot be
+    told (Secure Boot state unknown, a .ko.zst, a DKMS-signed module)."""
+    if not present:
+        return False
+    if signed is True and source != "dkms":
+        return True
+    if secure_boot is False:
+        return True
+    if secure_boot is None:
+        return None
+    if signed is False:
+        return False
+    return None
 
 
 # --------------------------------------------------------------------------------------------------
@@ -771,8 +912,8 @@ def _is_meta_kernel(name):
     return VERSIONED_KERNEL_PKG_RE.search(name) is None
 
 
-def collect_packages(options):
-    # type: (Options) -> Dict[str, Any]
+def collect_packages(options, secure_boot=None):
+    # type: (Options, Optional[bool]) -> Dict[str, Any]
     status_path = options.path("/var/lib/dpkg/status")
     try:
         text = _read_text(status_path)
@@ -808,7 +949,7 @@ def collect_packages(options):
         if not match:
             continue
         release = match.group("release")
-        kernels.append(_kernel_entry(options, release, name, installed))
+        kernels.append(_kernel_entry(options, release, name, installed, secure_boot))
     kernel_meta = {name: installed[name].get("Version") for name in sorted(installed) if _is_meta_kernel(name)}
     nvidia = {name: installed[name].get("Version") for name in sorted(installed) if NVIDIA_PACKAGE_RE.match(name)}
     driver_package, driver_version, branch = _driver_package(nvidia)
@@ -848,19 +989,37 @@ def _driver_package(nvidia):
     return name, upstream, branch
 
 
-def _kernel_entry(options, release, image_package, installed):
-    # type: (Options, str, str, Dict[str, Dict[str, str]]) -> Dict[str, Any]
+_SIGNED_PACKAGE_RE = re.compile(
+    r"^linux-modules-nvidia-(?P<branch>\d+)(?:-server|-open|-server-open)?-(?P<release>.+)$"
+)
+
+
+def _kernel_entry(options, release, image_package, installed, secure_boot=None):
+    # type: (Options, str, str, Dict[str, Dict[str, str]], Optional[bool]) -> Dict[str, Any]
     modules_dir = options.path("/lib/modules", release)
     module_path = find_nvidia_module(modules_dir)
     version = None
     version_error = None
+    signed = None  # type: Optional[bool]
     if module_path is not None:
         try:
             version = module_version(module_path)
         except (IOError, OSError, EOFError, lzma.LZMAError) as exc:
             version_error = str(exc)
+        try:
+            signed = module_signed(module_path)
+        except (IOError, OSError, EOFError, lzma.LZMAError) as exc:
+            version_error = version_error or str(exc)
+    source = module_source(modules_dir, module_path)
+    packages = []  # type: List[str]
+    for name in sorted(installed):
+        match = _SIGNED_PACKAGE_RE.match(name)
+        if match and match.group("release") == release:
+            packages.append(name)
     return {
         "release": release,
+        "flavour": kernel_flavour(release),
+        "signed_module_packages": packages,
         "image_package": image_package,
         "image_version": installed[image_package].get("Version"),
         "headers_installed": ("linux-headers-" + release) in installed,
@@ -871,6 +1030,9 @@ def _kernel_entry(options, release, image_package, installed):
             "version": version,
             "path": _unrooted(options, module_path),
             "error": version_error,
+            "source": source,
+            "signed": signed,
+            "would_load": would_load(module_path is not None, signed, source, secure_boot),
         },
         "dkms": _dkms_for_release(options, release),
     }
@@ -1528,7 +1690,8 @@ def collect(options=None):
         if doc["nvml"] is None:
             doc["nvml"] = _empty_nvml("other", "NVML section failed: %s" % errors[-1]["error"])
     doc["system"] = section("system", collect_system, options)
-    doc["packages"] = section("packages", collect_packages, options)
+    doc["secure_boot"] = section("secure_boot", collect_secure_boot, options)
+    doc["packages"] = section("packages", collect_packages, options, (doc["secure_boot"] or {}).get("enabled"))
     installed = {}  # type: Dict[str, Any]
     with contextlib.suppress(IOError, OSError):
         installed = {

@@ -288,6 +288,16 @@ def _root_cause(incident: Incident, facts: HostFacts | None) -> list[str]:
                 "while the old kernel module stayed loaded: userspace and kernel module now differ until the "
                 "module is reloaded (reboot) or the packages are brought back in line."
             )
+    elif primary.id == "GPU-DRV-008":
+        kernel = facts.booted_kernel
+        if kernel is not None and kernel.has_nvidia_module:
+            m = kernel.nvidia_module
+            signed = {True: "signed", False: "unsigned", None: "of unknown signature"}[m.signed]
+            sentences.append(
+                f"The host booted {code(booted or '?')}, whose NVIDIA module {code(m.path or '?')} is {signed} "
+                f"({code(m.source or '?')}); Secure Boot is {code(facts.secure_boot.state)}, so the kernel refuses "
+                f"it and NVML reports {code(facts.nvml.error_class)}."
+            )
     elif primary.id == "GPU-KRN-001":
         newer = [k for k in facts.packages.kernels if not k.has_nvidia_module and k.release != booted]
         for k in newer:

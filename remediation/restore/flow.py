@@ -35,7 +35,7 @@ from .errors import RestoreError
 from .journal import JOURNAL_PATH, Journal, journal_from_dict
 from .lock import DEFAULT_TTL_S, HostLeases, LockInfo, fleet_lock, host_leases
 from .methods import RestoreMethod, method_for
-from .rules import CORDON_MARKER, Action, Decision, Prefer
+from .rules import CORDON_MARKER, MODULE_SOURCES, Action, Decision, Prefer
 
 __all__ = ["HostOutcome", "HostStatus", "RestoreHooks", "RestoreOptions", "RestoreResult", "driver_restore",
            "plan_restore", "undo_run"]
@@ -65,6 +65,7 @@ class RestoreOptions:
     state_dir: Path = Path(".audit")
     lock_ttl_s: float = DEFAULT_TTL_S
     playbook_timeout: int = 0  # seconds one batch's playbook may run; 0: reboot_timeout + 1200
+    module_source: str = "auto"  # auto | dkms | signed (rules.choose_module_source)
 
     @property
     def batch_timeout(self) -> int:
@@ -80,6 +81,10 @@ class RestoreOptions:
         if self.playbook_timeout < 0:
             raise RestoreError(f"driver_restore.playbook_timeout {self.playbook_timeout} must be 0 or more seconds")
         Prefer(self.prefer)
+        if self.module_source not in MODULE_SOURCES:
+            raise RestoreError(
+                f"driver_restore.module_source {self.module_source!r} is not one of {', '.join(MODULE_SOURCES)}"
+            )
         return self
 
 
@@ -177,11 +182,13 @@ def plan_restore(
         from .methods import AptMethod
 
         decision = AptMethod().plan_host(
-            audit, prefer=Prefer(options.prefer), force=options.force, cordon_marker=cordon.get(audit.host)
+            audit, prefer=Prefer(options.prefer), force=options.force, cordon_marker=cordon.get(audit.host),
+            module_source=options.module_source,
         )
         if decision.changes_host:
             decision = method.plan_host(
-                audit, prefer=Prefer(options.prefer), force=options.force, cordon_marker=cordon.get(audit.host)
+                audit, prefer=Prefer(options.prefer), force=options.force, cordon_marker=cordon.get(audit.host),
+                module_source=options.module_source,
             )
             decision = method.guard(decision, allow_reboot=options.allow_reboot)
             methods[audit.host] = method
@@ -197,6 +204,7 @@ def _settings(options: RestoreOptions, run_id: str) -> dict[str, Any]:
     return {
         "nvidia_driver_restore_run_id": run_id,
         "nvidia_driver_restore_prefer": Prefer(options.prefer).value,
+        "nvidia_driver_restore_module_source": options.module_source,
         "nvidia_driver_restore_force": options.force,
         "nvidia_driver_restore_allow_reboot": options.allow_reboot,
         "nvidia_driver_restore_reboot_timeout": options.reboot_timeout,

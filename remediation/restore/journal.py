@@ -8,6 +8,8 @@ The role writes the journal on the host *before* each change (write-ahead), at
                  {"kind": "holds_added", "packages": [...]},          # not held before this run
                  {"kind": "grub_default", "path": "/etc/default/grub", "before": <line or null>, "after": <line>},
                  {"kind": "module_built", "packages": [<kernel>], "path": /lib/modules/<kernel>, "after": <version>},
+                 {"kind": "module_removed", "packages": [<kernel>], "path": /lib/modules/<kernel>, "before": <version>},
+                 {"kind": "kernel_default", "path": <grubenv>, "before": <saved_entry or null>, "after": <entry>},
                  {"kind": "azure_extension", "path": <extension resource id>, "before": <config JSON or null>,
                   "after": <config JSON>}],   # --method azure-extension (remediation/azure/restore.py)
      "undone": [...]}
@@ -30,7 +32,8 @@ __all__ = ["JOURNAL_PATH", "JOURNAL_SCHEMA", "Change", "Journal", "UndoStep", "j
 
 JOURNAL_PATH = "/var/lib/gpufleet/driver-restore/journal.json"
 JOURNAL_SCHEMA = "gpufleet.restore-journal/1"
-KINDS = ("packages_installed", "holds_added", "grub_default", "module_built", "azure_extension")
+KINDS = ("packages_installed", "holds_added", "holds_released", "grub_default", "module_built", "module_removed",
+         "kernel_default", "azure_extension")
 
 
 @dataclass(frozen=True)
@@ -48,6 +51,12 @@ class Change:
             return "held " + ", ".join(self.packages)
         if self.kind == "module_built":
             return f"built NVIDIA module {self.after} for {', '.join(self.packages)} (under {self.path})"
+        if self.kind == "module_removed":
+            return f"removed the DKMS build nvidia/{self.before} of {', '.join(self.packages)}"
+        if self.kind == "holds_released":
+            return "released holds on " + ", ".join(self.packages)
+        if self.kind == "kernel_default":
+            return f"default boot entry {self.before or '(none)'} -> {self.after}"
         if self.kind == "azure_extension":  # written by remediation.azure.restore; undone there, not by the role
             from remediation.azure.extension import status_messages, summary
 
@@ -74,7 +83,8 @@ class Journal:
 
 @dataclass(frozen=True)
 class UndoStep:
-    kind: str  # remove_packages | unhold | grub_restore | grub_remove | dkms_remove
+    # remove_packages | unhold | hold | grub_restore | grub_remove | dkms_remove | dkms_install | default_restore
+    kind: str
     packages: tuple[str, ...] = ()
     path: str | None = None
     line: str | None = None  # grub_restore: the line to put back
@@ -87,6 +97,12 @@ class UndoStep:
             return "release hold on " + ", ".join(self.packages)
         if self.kind == "dkms_remove":
             return f"remove the NVIDIA module {self.line} built for {', '.join(self.packages)}"
+        if self.kind == "dkms_install":
+            return f"rebuild the DKMS module nvidia/{self.line} for {', '.join(self.packages)}"
+        if self.kind == "hold":
+            return "hold again " + ", ".join(self.packages)
+        if self.kind == "default_restore":
+            return f"{self.path}: default boot entry back to {self.line or 'the first entry'}"
         if self.kind == "grub_restore":
             return f"{self.path}: put back {self.line}"
         return f"{self.path}: remove {self.after}"
@@ -158,6 +174,17 @@ def undo_steps(
         elif change.kind == "module_built":
             if change.path in present:
                 steps.append(UndoStep("dkms_remove", change.packages, path=change.path, line=change.after))
+        elif change.kind == "module_removed":
+            if f"{change.path}/updates/dkms" not in present and change.before:
+                steps.append(UndoStep("dkms_install", change.packages, path=change.path, line=change.before))
+        elif change.kind == "holds_released":
+            names = tuple(p for p in change.packages if p not in held_now and p in installed_now)
+            if names:
+                steps.append(UndoStep("hold", names))
+        elif change.kind == "kernel_default" and change.path:
+            current = grub_lines.get(change.path)
+            if current == change.after:
+                steps.append(UndoStep("default_restore", path=change.path, line=change.before, after=change.after))
         elif change.kind == "holds_added":
             names = tuple(p for p in change.packages if p in held_now)
             if names:

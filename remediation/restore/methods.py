@@ -41,7 +41,9 @@ class RestoreMethod(ABC):
     name: str = ""
 
     @abstractmethod
-    def plan_host(self, audit: HostAudit, *, prefer: Prefer, force: bool, cordon_marker: str | None) -> Decision:
+    def plan_host(
+        self, audit: HostAudit, *, prefer: Prefer, force: bool, cordon_marker: str | None, module_source: str = "auto"
+    ) -> Decision:
         """The decision for one host (no change anywhere)."""
 
     @abstractmethod
@@ -78,11 +80,14 @@ class AptMethod(RestoreMethod):
 
     name = "apt"
 
-    def plan_host(self, audit: HostAudit, *, prefer: Prefer, force: bool, cordon_marker: str | None) -> Decision:
+    def plan_host(
+        self, audit: HostAudit, *, prefer: Prefer, force: bool, cordon_marker: str | None, module_source: str = "auto"
+    ) -> Decision:
         not_probed = None if audit.probed else f"{audit.status.value}: {audit.error or 'not probed'}"
         return decide(
             audit.host, audit.facts, audit.findings, audit.vars,
             prefer=prefer, force=force, cordon_marker=cordon_marker, not_probed=not_probed,
+            module_source=module_source,
         )
 
     def apply(
@@ -92,6 +97,7 @@ class AptMethod(RestoreMethod):
         extravars["nvidia_driver_restore_operation"] = "restore"
         extravars["nvidia_driver_restore_method"] = self.name
         extravars["nvidia_driver_restore_planned"] = {d.host: d.action.value for d in decisions}
+        extravars["nvidia_driver_restore_planned_source"] = {d.host: d.module_source or "" for d in decisions}
         extravars["driver_restore_batch"] = max(1, len(decisions))
         reboot_timeout = int(settings.get("nvidia_driver_restore_reboot_timeout", 600))
         timeout = settings.get(PLAYBOOK_TIMEOUT) or reboot_timeout + 1200
@@ -114,7 +120,9 @@ class AzureExtensionMethod(RestoreMethod):
 
     name = "azure-extension"
 
-    def plan_host(self, audit: HostAudit, *, prefer: Prefer, force: bool, cordon_marker: str | None) -> Decision:
+    def plan_host(
+        self, audit: HostAudit, *, prefer: Prefer, force: bool, cordon_marker: str | None, module_source: str = "auto"
+    ) -> Decision:
         from remediation.azure import restore
 
         return restore.plan_host(audit, force=force, cordon_marker=cordon_marker)

@@ -12,10 +12,15 @@ Rules, first match wins:
 3. A GPU lost / fallen off the bus (GPU-HW-001) or a row-remap failure (GPU-HW-004 with a GPU whose
    remapping failed) -> ``not-driver``: no change; "redeploy the VM / open a support case".
 4. Driver not installed (GPU-DRV-003) -> ``install`` the expected version (``nvidia_driver_expected_version``).
-5. Module missing for the booted kernel (GPU-DRV-001) -> ``rebuild`` (headers of the booted kernel, reinstall
-   the driver package at its installed version: DKMS builds the module) or ``previous-kernel`` (boot the newest
-   installed kernel that has a module, through GRUB_DEFAULT), by preference; ``previous-kernel`` with no such
-   kernel falls back to ``rebuild``.
+5. Module missing for the booted kernel (GPU-DRV-001), or present but refused by Secure Boot (GPU-DRV-008) ->
+   ``rebuild`` or ``previous-kernel`` (boot the newest installed kernel whose module loads, through GRUB_DEFAULT
+   and ``update-grub``), by preference; ``previous-kernel`` with no such kernel falls back to ``rebuild``. The
+   module source of a rebuild (:func:`choose_module_source`): DKMS (headers of the kernel, the driver package
+   reinstalled at its installed version: DKMS builds the module) or Ubuntu's signed precompiled package
+   ``linux-modules-nvidia-<branch>-<kernel>``: ``module_source: auto`` picks the signed package when Secure Boot is on
+   and DKMS when it is off or cannot be told; a DKMS build of that kernel
+   that Secure Boot refuses is removed (it sits in ``updates/dkms`` and would shadow the signed one). GPU-DRV-008
+   with ``module_source: dkms`` is ``manual``: DKMS cannot fix a Secure Boot rejection.
 6. Userspace/kernel module mismatch (GPU-DRV-002) -> ``reboot`` (reloads the module; the lab has no reload).
 7. Predictive (GPU-KRN-001: a newer installed kernel has no module, NVML still answers) -> ``rebuild`` for that
    kernel (its headers, the driver reinstalled: DKMS builds the module), no reboot: the catalog's remedy.
@@ -28,8 +33,9 @@ device file open (read from ``/proc`` by the probe, so it holds when NVML is dow
 the old module loaded and its jobs running). When NVML failed and the probe could not read the device users
 either, the host is left alone too: nobody can say that no job runs there.
 
-Every changing action ends by holding the kernel the host will run (image, headers, the kernel meta-packages)
-and the NVIDIA driver packages (GPU-KRN-002): only names dpkg knows, only those not held already (a hold that was
+Every changing action ends by holding the kernel the host will run (image, headers, its signed module package, the
+kernel meta-packages of the booted kernel's flavour) and the NVIDIA driver packages (GPU-KRN-002): only names dpkg
+knows, only those not held already (a hold that was
 there before is never touched, so it is never undone either).
 """
 
@@ -42,19 +48,23 @@ from typing import Any
 
 from remediation.checks.debversion import compare_versions
 from remediation.checks.kernel import kernel_newer
-from remediation.facts import HostFacts
+from remediation.facts import HostFacts, KernelPackage
 from remediation.findings import Finding
+from remediation.kernelflavour import flavour_metas, signed_module_package
 
 __all__ = [
     "CHANGING",
     "HARDWARE_ADVICE",
     "METHOD_NAMES",
+    "MODULE_SOURCES",
     "Action",
     "Decision",
     "Prefer",
+    "choose_module_source",
     "decide",
     "grub_default_for",
     "is_cordoned",
+    "kernel_meta",
     "resolve_method",
 ]
 
@@ -79,7 +89,30 @@ def resolve_method(requested: str, host_vars: Mapping[str, Any]) -> str:
 
 HARDWARE_ADVICE = "not a driver problem: redeploy the VM (az vm redeploy) or open a support case; nothing changed"
 CORDON_MARKER = "/etc/gpufleet/cordoned"
-KERNEL_META = ("linux-image-generic", "linux-headers-generic", "linux-generic", "linux-modules-generic")
+#: Where a rebuilt module comes from: ``auto`` (signed under Secure Boot, else DKMS), ``dkms``, ``signed``.
+MODULE_SOURCES = ("auto", "dkms", "signed")
+
+
+def kernel_meta(facts: HostFacts) -> tuple[str, ...]:
+    """The installed kernel meta-packages of the booted kernel's flavour (they pull its next kernel in)."""
+    return flavour_metas(facts.packages.kernel_meta_names, facts.system.kernel_flavour)
+
+
+def choose_module_source(setting: str, secure_boot: bool | None) -> tuple[str, str]:
+    """(``dkms`` | ``signed``, why) for one host: the setting, or with ``auto`` the host's Secure Boot state."""
+    if setting not in MODULE_SOURCES:
+        raise ValueError(f"module_source {setting!r} is not one of {', '.join(MODULE_SOURCES)}")
+    if setting == "dkms":
+        return "dkms", "module_source: dkms (configured)"
+    if setting == "signed":
+        return "signed", "module_source: signed (configured)"
+    if secure_boot is True:
+        return "signed", ("Secure Boot is on: a DKMS-built module is unsigned and the kernel would refuse it; "
+                          "Ubuntu's signed precompiled module loads")
+    if secure_boot is None:
+        return "dkms", ("Secure Boot state unknown (no EFI variable, no mokutil): DKMS as on hosts without it; "
+                        "set module_source: signed for Trusted Launch VMs")
+    return "dkms", "Secure Boot is off: DKMS builds the module"
 
 
 class Action(StrEnum):
@@ -115,6 +148,9 @@ class Decision:
     driver_package: str | None = None
     driver_version: str | None = None  # Debian version to pin (rebuild: installed; install: resolved on host)
     expected_version: str | None = None  # upstream version the gate expects from NVML
+    module_source: str | None = None  # rebuild: "dkms" | "signed"
+    module_source_reason: str = ""
+    dkms_remove: str | None = None  # rebuild/signed: the DKMS module version to remove from the target kernel
     install_packages: tuple[str, ...] = ()  # packages this run installs that were not installed before
     hold_packages: tuple[str, ...] = ()  # packages this run holds that were not held before
     needs_reboot: bool = False
@@ -138,6 +174,9 @@ class Decision:
             "driver_package": self.driver_package,
             "driver_version": self.driver_version,
             "expected_version": self.expected_version,
+            "module_source": self.module_source,
+            "module_source_reason": self.module_source_reason,
+            "dkms_remove": self.dkms_remove,
             "install_packages": list(self.install_packages),
             "hold_packages": list(self.hold_packages),
             "needs_reboot": self.needs_reboot,
@@ -191,7 +230,8 @@ def _installed_debian_version(facts: HostFacts, package: str | None) -> str | No
 
 
 def _newest_kernel_with_module(facts: HostFacts) -> str | None:
-    candidates = [k for k in facts.packages.kernels if k.has_nvidia_module and k.release != facts.system.kernel]
+    candidates = [k for k in facts.packages.kernels if k.has_nvidia_module and k.release != facts.system.kernel
+                  and k.nvidia_module.would_load is not False]
     if not candidates:
         return None
     best = candidates[0]
@@ -203,8 +243,9 @@ def _newest_kernel_with_module(facts: HostFacts) -> str | None:
 
 def _newest_kernel_without_module(facts: HostFacts) -> str | None:
     booted = facts.booted_kernel
-    newer = [k for k in facts.packages.kernels if not k.has_nvidia_module and k.release != facts.system.kernel
-             and kernel_newer(k, facts.system.kernel or "", booted)]
+    newer = [k for k in facts.packages.kernels
+             if (not k.has_nvidia_module or k.nvidia_module.rejected_by_secure_boot)
+             and k.release != facts.system.kernel and kernel_newer(k, facts.system.kernel or "", booted)]
     if not newer:
         return None
     best = newer[0]
@@ -214,7 +255,9 @@ def _newest_kernel_without_module(facts: HostFacts) -> str | None:
     return best.release
 
 
-def _holds(facts: HostFacts, kernel: str | None, driver_names: Sequence[str], headers: bool) -> tuple[str, ...]:
+def _holds(
+    facts: HostFacts, kernel: str | None, driver_names: Sequence[str], headers: bool, extra: Sequence[str] = ()
+) -> tuple[str, ...]:
     """Packages to hold that dpkg knows (or that this run installs) and that are not held yet."""
     wanted: list[str] = []
     k = facts.packages.kernel(kernel)
@@ -222,10 +265,76 @@ def _holds(facts: HostFacts, kernel: str | None, driver_names: Sequence[str], he
         wanted.append(k.image_package)
         if k.headers_installed or headers:
             wanted.append(f"linux-headers-{k.release}")
-    wanted.extend(n for n in facts.packages.kernel_meta_names if n in KERNEL_META)
+        wanted.extend(k.signed_module_packages)
+    wanted.extend(extra)
+    wanted.extend(kernel_meta(facts))
     wanted.extend(driver_names)
     held = facts.packages.held
     return tuple(dict.fromkeys(n for n in wanted if n not in held))
+
+
+def _rebuild(
+    host: str,
+    facts: HostFacts,
+    ids: tuple[str, ...],
+    kernel: str | None,
+    setting: str,
+    driver_names: tuple[str, ...],
+    *,
+    needs_reboot: bool,
+    why: str,
+    gate: str | None,
+    base: dict[str, Any],
+) -> Decision:
+    """A module for ``kernel``, from DKMS or from the signed precompiled package (:func:`choose_module_source`)."""
+    pkgs = facts.packages
+    driver = pkgs.driver_package
+    version = _installed_debian_version(facts, driver)
+    k: KernelPackage | None = pkgs.kernel(kernel)
+    source, reason = choose_module_source(setting, facts.secure_boot.enabled)
+    refused = k is not None and k.nvidia_module.rejected_by_secure_boot
+    tail = ("hold kernel and driver packages", "reboot" if needs_reboot else "no reboot needed",
+            f"gate: NVML answers with {gate or 'the installed driver'}")
+    if source == "dkms":
+        if refused:
+            return Decision(
+                host, Action.MANUAL, f"{why}; {reason}: a DKMS module is unsigned and Secure Boot refuses it",
+                ids, blocked="module_source dkms cannot fix a Secure Boot rejection: set module_source to auto or "
+                "signed", **base,
+            )
+        headers = f"linux-headers-{kernel}"
+        install = () if k is not None and k.headers_installed else (headers,)
+        return Decision(
+            host, Action.REBUILD, f"{why}: build it with DKMS ({reason})", ids,
+            target_kernel=kernel, driver_package=driver, driver_version=version, install_packages=install,
+            hold_packages=_holds(facts, kernel if needs_reboot else facts.system.kernel, driver_names,
+                                 headers=needs_reboot),
+            needs_reboot=needs_reboot, module_source="dkms", module_source_reason=reason,
+            steps=(f"install {headers}" if install else f"{headers} already installed",
+                   f"reinstall {driver}={version} (DKMS builds the module for {kernel})", *tail),
+            **base,
+        )
+    branch = pkgs.driver_branch
+    if not branch or kernel is None:
+        return Decision(host, Action.MANUAL, f"{why}; no driver branch known to name the signed module package",
+                        ids, blocked="no NVIDIA driver branch installed", **base)
+    package = signed_module_package(branch, kernel)
+    installed = k is not None and package in k.signed_module_packages
+    dkms_version = None
+    if k is not None and k.nvidia_module.source == "dkms":
+        dkms_version = k.nvidia_module.version or _upstream(version) or None
+    install = () if installed else (package,)
+    steps = [f"install {package} (signed by Canonical; {reason})" if install else f"{package} already installed"]
+    if dkms_version:
+        steps.append(f"remove the DKMS build nvidia/{dkms_version} of {kernel} (updates/dkms would shadow it)")
+    return Decision(
+        host, Action.REBUILD, f"{why}: install the signed precompiled module ({reason})", ids,
+        target_kernel=kernel, driver_package=driver, driver_version=version, install_packages=install,
+        hold_packages=_holds(facts, kernel if needs_reboot else facts.system.kernel, driver_names, headers=False,
+                             extra=(package,) if needs_reboot else ()),
+        needs_reboot=needs_reboot, module_source="signed", module_source_reason=reason, dkms_remove=dkms_version,
+        steps=(*steps, *tail), **base,
+    )
 
 
 def _upstream(debian_version: str | None) -> str:
@@ -245,9 +354,11 @@ def decide(
     force: bool = False,
     cordon_marker: str | None = None,
     not_probed: str | None = None,
+    module_source: str = "auto",
 ) -> Decision:
     """The decision for one host (see the module docstring for the rules)."""
     prefer = Prefer(prefer)
+    choose_module_source(module_source, None)  # a bad setting fails before anything is decided
     ids = tuple(sorted({f.id for f in findings}))
     if facts is None:
         return Decision(host, Action.SKIP, "left alone: not probed", ids, blocked=not_probed or "not probed")
@@ -283,19 +394,22 @@ def decide(
                    "reboot", "gate: NVML answers with " + expected),
             **base,
         )
-    elif "GPU-DRV-001" in ids:
+    elif "GPU-DRV-001" in ids or "GPU-DRV-008" in ids:
         driver = pkgs.driver_package
         version = _installed_debian_version(facts, driver)
         previous = _newest_kernel_with_module(facts)
         names = tuple(n for n in pkgs.nvidia_names if n.startswith(("nvidia-", "libnvidia-")))
+        refused = "GPU-DRV-008" in ids and "GPU-DRV-001" not in ids
+        what = "a module Secure Boot refuses" if refused else "no NVIDIA module"
         if prefer is Prefer.PREVIOUS_KERNEL and previous is not None:
             decision = Decision(
                 host, Action.PREVIOUS_KERNEL,
-                f"booted kernel {booted} has no NVIDIA module; {previous} has one: boot it (GRUB_DEFAULT)", ids,
+                f"booted kernel {booted} has {what}; {previous} has one that loads: boot it (GRUB_DEFAULT)", ids,
                 target_kernel=previous, driver_package=driver, driver_version=version,
                 hold_packages=_holds(facts, previous, names, headers=False), needs_reboot=True,
-                steps=(f'set GRUB_DEFAULT="{grub_default_for(previous)}"', "hold kernel and driver packages",
-                       f"reboot into {previous}", f"gate: NVML answers with {expected or 'the installed driver'}"),
+                steps=(f'set GRUB_DEFAULT="{grub_default_for(previous)}"', "update-grub",
+                       "hold kernel and driver packages", f"reboot into {previous}",
+                       f"gate: NVML answers with {expected or 'the installed driver'}"),
                 **base,
             )
         else:
@@ -304,21 +418,9 @@ def decide(
                     host, Action.MANUAL, "module missing but no NVIDIA driver package installed to rebuild from",
                     ids, blocked="no driver package to reinstall", **base,
                 )
-            kernel = pkgs.kernel(booted)
-            headers = f"linux-headers-{booted}"
-            install = () if kernel is not None and kernel.headers_installed else (headers,)
-            note = "" if prefer is Prefer.REBUILD or previous else " (no other kernel has a module: rebuilding)"
-            decision = Decision(
-                host, Action.REBUILD,
-                f"booted kernel {booted} has no NVIDIA module: build it with DKMS{note}", ids,
-                target_kernel=booted, driver_package=driver, driver_version=version,
-                install_packages=install, hold_packages=_holds(facts, booted, names, headers=True), needs_reboot=True,
-                steps=(f"install {headers}" if install else f"{headers} already installed",
-                       f"reinstall {driver}={version} (DKMS builds the module for {booted})",
-                       "hold kernel and driver packages", "reboot",
-                       f"gate: NVML answers with {expected or 'the installed driver'}"),
-                **base,
-            )
+            note = "" if prefer is Prefer.REBUILD or previous else " (no other kernel has a module that loads)"
+            decision = _rebuild(host, facts, ids, booted, module_source, names, needs_reboot=True,
+                                why=f"booted kernel {booted} has {what}{note}", gate=expected, base=base)
     elif "GPU-DRV-002" in ids and expected and not _upstream(
         _installed_debian_version(facts, pkgs.driver_package)
     ).startswith(expected):
@@ -342,23 +444,13 @@ def decide(
             **base,
         )
     elif "GPU-KRN-001" in ids and pkgs.driver_package and _installed_debian_version(facts, pkgs.driver_package):
-        # Predictive: a newer installed kernel has no module; build it now so the next reboot keeps the GPUs.
+        # Predictive: a newer installed kernel has no module (or one Secure Boot refuses); build it now so the next
+        # reboot keeps the GPUs.
         newer = _newest_kernel_without_module(facts)
-        driver = pkgs.driver_package
-        version = _installed_debian_version(facts, driver)
         names = tuple(n for n in pkgs.nvidia_names if n.startswith(("nvidia-", "libnvidia-")))
-        k = pkgs.kernel(newer)
-        headers = f"linux-headers-{newer}"
-        install = () if k is not None and k.headers_installed else (headers,)
-        decision = Decision(
-            host, Action.REBUILD, f"kernel {newer} is installed without an NVIDIA module: build it before a reboot",
-            ids, target_kernel=newer, driver_package=driver, driver_version=version, install_packages=install,
-            hold_packages=_holds(facts, booted, names, headers=False), needs_reboot=False,
-            steps=(f"install {headers}" if install else f"{headers} already installed",
-                   f"reinstall {driver}={version} (DKMS builds the module for {newer})",
-                   "hold kernel and driver packages", "no reboot needed", "gate: NVML still answers"),
-            **base,
-        )
+        decision = _rebuild(host, facts, ids, newer, module_source, names, needs_reboot=False,
+                            why=f"kernel {newer} is installed without a module that loads: provide it before a reboot",
+                            gate=None, base=base)
     elif facts.nvml.ok:
         return Decision(host, Action.NONE, "NVML answers: nothing to restore", ids, **base)
     else:

@@ -38,6 +38,8 @@ def _role_patterns() -> list[str]:
     defaults = yaml.safe_load(ROLE_DEFAULTS.read_text())
     return [
         *defaults["unattended_upgrades_blacklist_kernel_patterns"],
+        "^linux-generic$",  # the flavour entries the role derives from the lab's booted generic kernel
+        "^linux-generic-",
         *defaults["unattended_upgrades_blacklist_kernel_meta_patterns"],
         *defaults["unattended_upgrades_blacklist_nvidia_patterns"],
     ]

@@ -16,6 +16,7 @@ EXPECTED = {
     "GPU-DRV-005": ("S1", "warning"),
     "GPU-DRV-006": ("S1", "critical"),
     "GPU-DRV-007": ("S1", "critical"),
+    "GPU-DRV-008": ("S1", "critical"),
     "GPU-KRN-001": ("S1", "warning"),
     "GPU-KRN-002": ("S1", "warning"),
     "GPU-KRN-003": ("S1", "warning"),

@@ -190,7 +190,11 @@ def test_s1_tree_packages_and_modules(s1_root: Path) -> None:
         "version": "535.183.01",
         "path": "/lib/modules/6.5.0-44-generic/updates/dkms/nvidia.ko",
         "error": None,
+        "source": "dkms",
+        "signed": False,
+        "would_load": None,  # the tree has no /sys/firmware: Secure Boot cannot be told
     }
+    assert old["flavour"] == "generic" and doc["system"]["kernel_flavour"] == "generic"
     assert old["dkms"] == [{"module": "nvidia", "version": "535.183.01", "state": "installed"}]
     assert new["nvidia_module"]["present"] is False and new["dkms"] == []
     assert new["headers_installed"] is True and new["image_version"] == "6.5.0-45.45"
