@@ -10,10 +10,8 @@ touched. Without ``--allow-reboot`` a host's kernel is staged (installed, gate 1
 
 from __future__ import annotations
 
-import datetime as _dt
 import json
 import time
-import uuid
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
@@ -24,7 +22,14 @@ from remediation.audit import AuditOptions, AuditResult, HostAudit, run_audit
 from remediation.errors import RunnerError
 from remediation.fanout import Status, fan_out
 from remediation.inventory import Host
-from remediation.restore.flow import _Applied, _apply_failure, _cordon_markers
+from remediation.restore.flow import (
+    _Applied,
+    _apply_failure,
+    _cordon_markers,
+    new_run_id,
+    rolling_exit_code,
+    rolling_outcome,
+)
 from remediation.restore.journal import Journal, journal_from_dict
 from remediation.restore.lock import DEFAULT_TTL_S, HostLeases, LockInfo, fleet_lock, host_leases
 from remediation.restore.rules import MODULE_SOURCES
@@ -116,10 +121,7 @@ class KernelUpdateResult:
     leases: HostLeases | None = None
 
     def outcome(self, host: str) -> KernelOutcome:
-        for o in self.outcomes:
-            if o.host == host:
-                return o
-        raise KeyError(host)
+        return rolling_outcome(self.outcomes, host)
 
     @property
     def failed(self) -> list[KernelOutcome]:
@@ -128,9 +130,7 @@ class KernelUpdateResult:
     @property
     def exit_code(self) -> int:
         """0: every host moved or current (or --check / not confirmed); 1: a host did not move."""
-        if self.stopped in ("dry-run", "declined"):
-            return 0
-        return 0 if all(o.ok for o in self.outcomes) else 1
+        return rolling_exit_code(self.outcomes, self.stopped)
 
 
 @dataclass
@@ -255,7 +255,7 @@ def kernel_update(
     options = options.validate()
     hooks = hooks or KernelUpdateHooks()
     t0 = time.monotonic()
-    run_id = _dt.datetime.now(_dt.UTC).strftime("%Y%m%dT%H%M%SZ") + "-" + uuid.uuid4().hex[:6]
+    run_id = new_run_id()
     before = run_audit(hosts, audit_options, fleet=fleet, inventory=str(inventory))
     cordon = _cordon_markers([h for h in hosts if before.host(h.name).probed], audit_options)
     plan = plan_fleet(before, hosts, options, audit_options, cordon)

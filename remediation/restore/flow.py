@@ -23,7 +23,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol, TypeVar
 
 from remediation.audit import AuditOptions, AuditResult, HostAudit, run_audit
 from remediation.errors import RunnerError
@@ -104,6 +104,37 @@ class HostOutcome:
         return self.status in (HostStatus.RESTORED, HostStatus.HEALTHY)
 
 
+class _Outcome(Protocol):
+    @property
+    def host(self) -> str: ...
+
+    @property
+    def ok(self) -> bool: ...
+
+
+_O = TypeVar("_O", bound=_Outcome)
+
+
+def new_run_id() -> str:
+    """The id of one rolling run (restore or kernel update): UTC time plus a random suffix."""
+    return _dt.datetime.now(_dt.UTC).strftime("%Y%m%dT%H%M%SZ") + "-" + uuid.uuid4().hex[:6]
+
+
+def rolling_outcome(outcomes: Sequence[_O], host: str) -> _O:
+    """The outcome of ``host`` in a rolling run's outcomes (KeyError when it was not part of the run)."""
+    for o in outcomes:
+        if o.host == host:
+            return o
+    raise KeyError(host)
+
+
+def rolling_exit_code(outcomes: Sequence[_Outcome], stopped: str | None) -> int:
+    """0: every host ok, or nothing was to change (--check, declined); 1: a host is not ok."""
+    if stopped in ("dry-run", "declined"):
+        return 0
+    return 0 if all(o.ok for o in outcomes) else 1
+
+
 @dataclass(frozen=True)
 class RestoreResult:
     fleet: str
@@ -119,10 +150,7 @@ class RestoreResult:
     leases: HostLeases | None = None
 
     def outcome(self, host: str) -> HostOutcome:
-        for o in self.outcomes:
-            if o.host == host:
-                return o
-        raise KeyError(host)
+        return rolling_outcome(self.outcomes, host)
 
     @property
     def failed(self) -> list[HostOutcome]:
@@ -131,9 +159,7 @@ class RestoreResult:
     @property
     def exit_code(self) -> int:
         """0: every host restored or healthy (or a dry run / not confirmed); 1: a host is not restored."""
-        if self.stopped in ("dry-run", "declined"):
-            return 0
-        return 0 if all(o.ok for o in self.outcomes) else 1
+        return rolling_exit_code(self.outcomes, self.stopped)
 
 
 @dataclass
@@ -301,7 +327,7 @@ def driver_restore(
     options = options.validate()
     hooks = hooks or RestoreHooks()
     t0 = time.monotonic()
-    run_id = _dt.datetime.now(_dt.UTC).strftime("%Y%m%dT%H%M%SZ") + "-" + uuid.uuid4().hex[:6]
+    run_id = new_run_id()
     before = run_audit(hosts, audit_options, fleet=fleet, inventory=str(inventory))
     cordon = _cordon_markers([h for h in hosts if before.host(h.name).probed], audit_options)
     plan, methods = plan_restore(before, hosts, options, cordon)
