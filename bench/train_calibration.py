@@ -1,4 +1,4 @@
-"""The planner against the measured points of ../shared/corpus/memory-dev.md (development half).
+"""The planner against the measured points of tests/fixtures/corpus/memory-dev.md (development half).
 
     .venv/bin/python bench/train_calibration.py
 

@@ -1,7 +1,7 @@
 """Lab hosts for Molecule scenarios: ``python -m lab.molecule up|down --scenario NAME [--hosts N]``.
 
 Molecule's default (delegated) driver leaves provisioning to the scenario's ``create.yml``/``destroy.yml``; the
-shared ones in ``molecule/shared/`` call this CLI. Each scenario gets a lab of its own:
+common ones in ``molecule/common/`` call this CLI. Each scenario gets a lab of its own:
 
 * state in ``<repo>/.lab/molecule/<scenario>`` (hosts, SSH keys, known_hosts, inventory), so scenarios never
   share a host or a key, and the paths are fixed: ``molecule.yml`` can name the known_hosts file;

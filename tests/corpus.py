@@ -1,4 +1,5 @@
-"""The field-text corpus (../shared/corpus/field-text-dev.md) as fenced blocks keyed by section id."""
+"""The field-text corpus (tests/fixtures/corpus/field-text-dev.md, see its SOURCES.md) as fenced blocks keyed by
+section id."""
 
 from __future__ import annotations
 
@@ -6,7 +7,7 @@ import re
 from functools import cache
 from pathlib import Path
 
-CORPUS = Path(__file__).resolve().parents[2] / "shared" / "corpus" / "field-text-dev.md"
+CORPUS = Path(__file__).resolve().parent / "fixtures" / "corpus" / "field-text-dev.md"
 _HEADING = re.compile(r"^#{3,4} ([0-9]+[A-Z]?\.[0-9]+)\b")
 
 

@@ -67,7 +67,7 @@ __all__ = [
     "write_az_config",
 ]
 
-DEFAULT_SPECS = Path(__file__).resolve().parents[2].parent / "shared" / "specs" / "azure"
+DEFAULT_SPECS = Path(__file__).resolve().parent / "azure-specs"
 QUOTA = "quota/resource-manager/Microsoft.Quota/stable/2023-02-01/quota.json"
 QUOTA_EX = "quota/resource-manager/Microsoft.Quota/stable/2023-02-01/examples/"
 COMPUTE = "compute/resource-manager/Microsoft.Compute/ComputeRP/stable/2024-11-01/computeRPCommon.json"

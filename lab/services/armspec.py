@@ -1,6 +1,6 @@
 """Azure REST specs (Swagger 2.0, from Azure/azure-rest-api-specs) as the local ARM service's rule book.
 
-:class:`SpecSet` loads the spec files under ``../shared/specs/azure`` (see its SOURCES.md), finds an operation by
+:class:`SpecSet` loads the spec files under ``lab/services/azure-specs`` (see its SOURCES.md), finds an operation by
 file, path template and method, and validates a JSON document against a schema of it: ``$ref`` (local and across
 files), ``allOf``, polymorphism by ``discriminator`` / ``x-ms-discriminator-value``, types, ``format`` int32/int64
 ranges, ``enum`` (except where ``x-ms-enum`` says ``modelAsString``: those are extensible), ``required``,

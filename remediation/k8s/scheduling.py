@@ -14,7 +14,8 @@ Counts are per (node, reason): a node failing several filters is counted once pe
 than N. The text is matched case-insensitively, after joining folded lines (YAML folding, ``''`` for an apostrophe,
 Markdown link wrappers around dotted names) and tolerating ``..``, a missing final period and ``. ,``.
 
-Reason labels are the canonical labels of ../shared/corpus/failedscheduling-dev.md (``insufficient_gpu``,
+Reason labels are the canonical labels of the FailedScheduling corpus
+(tests/fixtures/corpus/failedscheduling-dev.md: ``insufficient_gpu``,
 ``untolerated_taint``, ``node_affinity_mismatch``, ...); a reason no rule knows is kept as ``other`` with its text.
 The cluster autoscaler's ``NotTriggerScaleUp`` ("pod didn't trigger scale-up[ (it wouldn't fit if a new node is
 added)]: 3 max node group size reached, ...") uses the same histogram, counted per node group, with the extra labels

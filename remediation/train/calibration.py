@@ -1,5 +1,5 @@
 """The measured points the planner is calibrated and checked on (development half of
-../shared/corpus/memory-dev.md, section 8 and section 7), and the planner's error on them.
+tests/fixtures/corpus/memory-dev.md, section 8 and section 7), and the planner's error on them.
 
 Only rows whose model, method, regime, batch and sequence length are stated are used as numbers; rows with
 "n/s" fields are not. Capacity rows (the longest sequence that fits, or an OOM) are checked as constraints.

@@ -61,7 +61,7 @@ __all__ = [
 
 GiB = 1024**3
 
-#: Calibrated on the development points of ../shared/corpus/memory-dev.md (bench/train_calibration.py fits it).
+#: Calibrated on the development points of tests/fixtures/corpus/memory-dev.md (bench/train_calibration.py fits it).
 ACTIVATION_SCALE = 1.055
 
 

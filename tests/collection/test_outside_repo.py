@@ -25,7 +25,7 @@ import pytest
 
 from lab.faults import inject
 from tests.collection.conftest import FQCN, Built, clean_env, install_collection, run
-from tests.conftest import ROOT, lab_unavailable, make_lab, ssh
+from tests.conftest import ROOT, make_lab, require_lab, ssh
 
 pytestmark = pytest.mark.lab
 
@@ -71,9 +71,7 @@ def constraints(path: Path) -> Path:
 
 @pytest.fixture(scope="module")
 def outside(built: Built, tmp_path_factory: pytest.TempPathFactory) -> Outside:
-    why = lab_unavailable()
-    if why:
-        pytest.skip(why)
+    require_lab()
     tmp = tmp_path_factory.mktemp("outside")
     venv, home, work, collections = tmp / "venv", tmp / "home", tmp / "work", tmp / "collections"
     work.mkdir()

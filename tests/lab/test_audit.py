@@ -15,7 +15,7 @@ from lab.faults import FAULTS, inject
 from remediation.audit import AuditOptions, run_audit
 from remediation.fanout import Status
 from remediation.inventory import load
-from tests.conftest import ROOT, lab_unavailable, make_lab
+from tests.conftest import ROOT, make_lab, require_lab
 
 pytestmark = pytest.mark.lab
 
@@ -38,9 +38,7 @@ HOST_TIMEOUT = 20.0
 
 @pytest.fixture(scope="module")
 def fleet(tmp_path_factory: pytest.TempPathFactory) -> Iterator[object]:
-    why = lab_unavailable()
-    if why:
-        pytest.skip(why)
+    require_lab()
     lab = make_lab(tmp_path_factory.mktemp("audit"), "127.0.46", len(MATRIX) + 1)
     try:
         for host, fault in MATRIX.items():

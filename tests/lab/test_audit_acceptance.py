@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from lab.faults import inject
-from tests.conftest import ROOT, lab_unavailable, make_lab
+from tests.conftest import ROOT, make_lab, require_lab
 
 pytestmark = pytest.mark.lab
 FAULTS = {"gpu-2": "kernel-upgrade", "gpu-3": "thermal", "gpu-4": "xid-79", "gpu-5": "unreachable"}
@@ -21,9 +21,7 @@ FAULTS = {"gpu-2": "kernel-upgrade", "gpu-3": "thermal", "gpu-4": "xid-79", "gpu
 
 @pytest.fixture(scope="module")
 def fleet(tmp_path_factory: pytest.TempPathFactory) -> Iterator[object]:
-    why = lab_unavailable()
-    if why:
-        pytest.skip(why)
+    require_lab()
     lab = make_lab(tmp_path_factory.mktemp("acceptance"), "127.0.41", 5)
     try:
         for host, fault in FAULTS.items():

@@ -31,7 +31,7 @@ from lab.services.arm import (
 )
 from remediation.audit import AuditOptions, run_audit
 from remediation.inventory import load
-from tests.conftest import ROOT, lab_unavailable
+from tests.conftest import ROOT, make_lab, require_lab
 
 pytestmark = pytest.mark.lab
 SUB = "0c4f6b2a-8e1d-4a3b-9c5d-7e6f8a9b0c1d"
@@ -42,26 +42,13 @@ AZURE_VARS = {"azure_vm_resource_id": VM_ID, "azure_nvidia_driver_extension_vers
 
 @pytest.fixture(scope="module")
 def setup(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
-    why = lab_unavailable()
-    if why:
-        pytest.skip(why)
-    from lab.config import LabConfig, test_prefix
-    from lab.control import Lab
-
+    require_lab()
     tmp = tmp_path_factory.mktemp("azext")
-    cfg = LabConfig.from_mapping({
-        "state_dir": str(tmp / "state"),
-        "cache_dir": os.environ.get("GPULAB_CACHE_DIR") or str(ROOT / ".lab" / "cache"),
-        "address_prefix": test_prefix("127.0.53"),
-        "boot_delay": 0.3,
-        "inventory_path": str(tmp / "inventory" / "hosts.yml"),
-        "host_overrides": {"gpu-2": AZURE_VARS},
-    }, root=ROOT)
-    lab = Lab(cfg)
-    lab.up(2)
-    tls = make_test_ca(tmp / "tls")
-    arm = ArmService(tls, retry_after=0, agent=LabDriverAgent(lab, reboot_timeout=60)).start()
+    lab = make_lab(tmp, "127.0.53", 2, flavour="azure", host_overrides={"gpu-2": AZURE_VARS})
+    arm = None
     try:
+        tls = make_test_ca(tmp / "tls")
+        arm = ArmService(tls, retry_after=0, agent=LabDriverAgent(lab, reboot_timeout=60)).start()
         arm.add_subscription(SUB, "gpu-fleet-lab")
         vm = VirtualMachine("eastus", lab_host="gpu-2")
         vm.extensions["nvidiagpudriverlinux"] = Extension("NvidiaGpuDriverLinux", "Microsoft.HpcCompute",
@@ -71,7 +58,8 @@ def setup(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
         inject(lab, "gpu-2", "kernel-upgrade")
         yield {"lab": lab, "arm": arm, "tls": tls, "config": config, "tmp": tmp, "vm": vm}
     finally:
-        arm.stop()
+        if arm is not None:
+            arm.stop()
         lab.down(purge=True)
 
 

@@ -19,7 +19,7 @@ import yaml
 
 from lab.faults import inject
 from remediation.diagnose import diagnose
-from tests.conftest import ROOT, lab_unavailable, make_lab, ssh
+from tests.conftest import ROOT, make_lab, require_lab, ssh
 
 pytestmark = pytest.mark.lab
 
@@ -47,9 +47,7 @@ def _role_patterns() -> list[str]:
 
 @pytest.fixture(scope="module")
 def logs(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Any, dict[str, str]]]:
-    why = lab_unavailable()
-    if why:
-        pytest.skip(why)
+    require_lab()
     lab = make_lab(tmp_path_factory.mktemp("diagnose-field"), "127.0.67", 2)
     try:
         inject(lab, "gpu-1", "kernel-upgrade")

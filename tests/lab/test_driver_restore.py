@@ -23,7 +23,7 @@ from remediation.restore.errors import LockHeldError
 from remediation.restore.flow import HostStatus, RestoreOptions, driver_restore, undo_run
 from remediation.restore.lock import fleet_lock
 from remediation.restore.rules import Action
-from tests.conftest import lab_unavailable, make_lab, ssh
+from tests.conftest import make_lab, require_lab, ssh
 
 pytestmark = pytest.mark.lab
 AUDIT = AuditOptions(nvml_timeout=5, timeout=30)
@@ -31,9 +31,7 @@ AUDIT = AuditOptions(nvml_timeout=5, timeout=30)
 
 @pytest.fixture(scope="module")
 def fleet(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
-    why = lab_unavailable()
-    if why:
-        pytest.skip(why)
+    require_lab()
     lab = make_lab(tmp_path_factory.mktemp("restore"), "127.0.49", 5)
     try:
         inject(lab, "gpu-3", "kernel-upgrade")

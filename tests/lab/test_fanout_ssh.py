@@ -33,7 +33,7 @@ from remediation.fanout import Status, fan_out
 from remediation.inventory import load
 from remediation.runner import HostState, run_playbook
 from remediation.sshauth import PASSPHRASE_FILE_ENV
-from tests.conftest import ROOT, lab_unavailable, make_lab, ssh
+from tests.conftest import ROOT, make_lab, require_lab, ssh
 
 pytestmark = pytest.mark.lab
 
@@ -117,9 +117,7 @@ def write_inventory(path: Path, fleet_addr: dict[str, str], key: Path, inv_known
 
 @pytest.fixture(scope="module")
 def fleet(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Fleet]:
-    why = lab_unavailable()
-    if why:
-        pytest.skip(why)
+    require_lab()
     tmp = tmp_path_factory.mktemp("fanout-ssh")
     lab = make_lab(tmp, "127.0.73", 3)
     agent = None

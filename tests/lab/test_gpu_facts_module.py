@@ -19,7 +19,7 @@ import pytest
 
 from lab.faults import inject
 from remediation.skus import expected_gpu_count
-from tests.conftest import ROOT, lab_unavailable, make_lab
+from tests.conftest import ROOT, make_lab, require_lab
 
 BIN = Path(sys.executable).parent
 MODULE = "gpufleet.remediation.gpu_facts"
@@ -52,9 +52,7 @@ def run_module(lab: Any, home: Path, *args: str, limit: str = "gpu") -> dict[str
 
 @pytest.fixture(scope="module")
 def facts_lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
-    why = lab_unavailable()
-    if why:
-        pytest.skip(why)
+    require_lab()
     lab = make_lab(tmp_path_factory.mktemp("gpu-facts-lab"), "127.0.44", 2)
     try:
         yield lab

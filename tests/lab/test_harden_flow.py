@@ -15,7 +15,7 @@ from lab.faults import inject
 from remediation.audit import AuditOptions
 from remediation.harden import harden
 from remediation.inventory import load
-from tests.conftest import ROOT, lab_unavailable, make_lab
+from tests.conftest import ROOT, make_lab, require_lab
 
 pytestmark = pytest.mark.lab
 OPTIONS = AuditOptions(nvml_timeout=5)
@@ -23,9 +23,7 @@ OPTIONS = AuditOptions(nvml_timeout=5)
 
 @pytest.fixture(scope="module")
 def fleet(tmp_path_factory: pytest.TempPathFactory) -> Iterator[object]:
-    why = lab_unavailable()
-    if why:
-        pytest.skip(why)
+    require_lab()
     lab = make_lab(tmp_path_factory.mktemp("harden-flow"), "127.0.40", 3)
     try:
         yield lab

@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 
 from lab.faults import inject
-from tests.conftest import ROOT, lab_unavailable, make_lab, ssh
+from tests.conftest import ROOT, make_lab, require_lab, ssh
 
 pytestmark = pytest.mark.lab
 
@@ -66,9 +66,7 @@ class Run:
 
 @pytest.fixture(scope="module")
 def hlab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[object]:
-    why = lab_unavailable()
-    if why:
-        pytest.skip(why)
+    require_lab()
     the_lab = make_lab(tmp_path_factory.mktemp("harden"), "127.0.48", len(HOSTS))
     try:
         yield the_lab

@@ -25,7 +25,7 @@ from remediation.inventory import load
 from remediation.kernelupdate.flow import KernelStatus, KernelUpdateOptions, kernel_update
 from remediation.report.kernel_update_view import render_kernel_report
 from remediation.restore.flow import HostStatus, RestoreOptions, driver_restore
-from tests.conftest import lab_unavailable, make_lab, ssh
+from tests.conftest import make_lab, require_lab, ssh
 
 pytestmark = pytest.mark.lab
 AUDIT = AuditOptions(nvml_timeout=5, timeout=30)
@@ -60,9 +60,7 @@ def _boot_state(lab: Any, host: str) -> dict[str, Any]:
 
 @pytest.fixture(scope="module")
 def generic(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Any, dict[str, Any]]]:
-    why = lab_unavailable()
-    if why:
-        pytest.skip(why)
+    require_lab()
     tmp = tmp_path_factory.mktemp("kernel-generic")
     lab = make_lab(tmp, "127.0.64", 3, flavour="generic", secure_boot=False)
     try:
@@ -147,9 +145,7 @@ def test_a_kernel_that_panics_falls_back_to_the_old_one_with_an_incident_report(
 
 @pytest.fixture(scope="module")
 def trusted_launch(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Any, dict[str, Any]]]:
-    why = lab_unavailable()
-    if why:
-        pytest.skip(why)
+    require_lab()
     tmp = tmp_path_factory.mktemp("kernel-azure")
     lab = make_lab(tmp, "127.0.65", 3, flavour="azure", secure_boot=True)
     try:

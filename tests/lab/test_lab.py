@@ -286,30 +286,58 @@ def test_cli_errors_are_one_line_and_exit_2(lab) -> None:  # type: ignore[no-unt
     assert r.stderr.strip().count("\n") == 0 and r.stderr.startswith("error: unknown fault 'meltdown'")
 
 
+def _leftovers(state: str) -> tuple[list[str], list[str]]:
+    """Processes whose root or command line, and mount tables, still name the lab's state directory."""
+    procs, mounts = [], []
+    for proc in Path("/proc").glob("[0-9]*"):
+        try:
+            if state in str((proc / "root").readlink()) or state in (proc / "cmdline").read_text():
+                procs.append(proc.name)
+            if state in (proc / "mounts").read_text():
+                mounts.append(proc.name)
+        except OSError:
+            continue
+    return procs, mounts
+
+
+def test_a_lab_that_fails_to_start_part_way_leaves_nothing_running(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 19: a fixture whose lab errors after its hosts started must not leave them up on their addresses."""
+    import socket
+
+    import lab.control
+    from tests.conftest import make_lab, require_lab
+
+    require_lab()
+
+    def broken_inventory(*args: object, **kwargs: object) -> Path:
+        raise RuntimeError("inventory write failed (injected)")
+
+    monkeypatch.setattr(lab.control.inventory, "write", broken_inventory)
+    with pytest.raises(RuntimeError, match="injected"):
+        make_lab(tmp_path, "127.0.43", 2)  # the hosts and their sshd were up when the error came
+    from lab.config import test_prefix
+
+    assert _leftovers(str(tmp_path / "state")) == ([], [])
+    for i in (1, 2):
+        with socket.socket() as s:
+            s.settimeout(0.5)
+            assert s.connect_ex((f"{test_prefix('127.0.43')}.{i}", 22)) != 0, f"host {i} still listens on port 22"
+
+
 def test_lab_down_leaves_no_process_and_no_mount(tmp_path: Path) -> None:
-    from tests.conftest import lab_unavailable, make_lab
+    from tests.conftest import make_lab, require_lab
 
-    why = lab_unavailable()
-    if why:
-        pytest.skip(why)
+    require_lab()
     small = make_lab(tmp_path, "127.0.43", 2)
-    state = str(small.paths.state)
-    pids = [small.init_pid(h) for h in ("gpu-1", "gpu-2")]
-    small.reboot("gpu-2")  # a rebooted host is stopped just as cleanly
-    small.down()
+    try:
+        state = str(small.paths.state)
+        pids = [small.init_pid(h) for h in ("gpu-1", "gpu-2")]
+        small.reboot("gpu-2")  # a rebooted host is stopped just as cleanly
+    finally:
+        small.down()
 
-    def leftovers() -> tuple[list[str], list[str]]:
-        procs, mounts = [], []
-        for proc in Path("/proc").glob("[0-9]*"):
-            try:
-                if state in str((proc / "root").readlink()) or state in (proc / "cmdline").read_text():
-                    procs.append(proc.name)
-                if state in (proc / "mounts").read_text():
-                    mounts.append(proc.name)
-            except OSError:
-                continue
-        return procs, mounts
-
-    assert leftovers() == ([], [])
+    assert _leftovers(state) == ([], [])
     assert all(not Path(f"/proc/{p}").exists() for p in pids)
     assert small.supervisor_pid() is None

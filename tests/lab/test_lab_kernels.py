@@ -15,7 +15,7 @@ import pytest
 
 from lab import packages
 from lab.faults import FAULTS, LATENT, inject
-from tests.conftest import lab_unavailable, make_lab, ssh
+from tests.conftest import make_lab, require_lab, ssh
 
 pytestmark = pytest.mark.lab
 
@@ -37,9 +37,7 @@ LOCKDOWN = "unsigned module loading is restricted; see man kernel_lockdown.7"
 
 @pytest.fixture(scope="module")
 def lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[object]:
-    why = lab_unavailable()
-    if why:
-        pytest.skip(why)
+    require_lab()
     the_lab = make_lab(tmp_path_factory.mktemp("kernels"), "127.0.74", 1, flavour="generic")
     try:
         the_lab.up(2, flavour="azure")

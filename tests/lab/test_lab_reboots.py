@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import ROOT, lab_unavailable, make_lab
+from tests.conftest import ROOT, make_lab, require_lab
 
 pytestmark = pytest.mark.lab
 
@@ -29,9 +29,7 @@ NEW_BOOT_WITHIN_S = 8.0
 
 @pytest.fixture(scope="module")
 def lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[object]:
-    why = lab_unavailable()
-    if why:
-        pytest.skip(why)
+    require_lab()
     the_lab = make_lab(tmp_path_factory.mktemp("reboots"), "127.0.47", HOSTS)
     try:
         yield the_lab

@@ -18,12 +18,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from prometheus_client import parser as prometheus_parser
 
 from lab.faults import inject
-from tests.conftest import ROOT, lab_unavailable, make_lab, ssh
+from tests.conftest import ROOT, make_lab, require_lab, ssh
 
 pytestmark = pytest.mark.lab
-prometheus_parser = pytest.importorskip("prometheus_client.parser")
 
 BIN = Path(sys.executable).parent
 PLAYBOOK = ROOT / "playbooks" / "audit_timer.yml"
@@ -65,9 +65,7 @@ def metrics(text: str) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
 
 @pytest.fixture(scope="module")
 def converged(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Any, Path, dict[str, dict[str, int]]]]:
-    why = lab_unavailable()
-    if why:
-        pytest.skip(why)
+    require_lab()
     tmp = tmp_path_factory.mktemp("probe-timer-lab")
     lab = make_lab(tmp, "127.0.45", 2)
     try:

@@ -19,7 +19,7 @@ from remediation.report.restore_view import render_restore_report
 from remediation.restore.flow import HostStatus, RestoreHooks, RestoreOptions, driver_restore
 from remediation.restore.methods import AptMethod
 from remediation.restore.rules import Action
-from tests.conftest import lab_unavailable, make_lab, ssh
+from tests.conftest import make_lab, require_lab, ssh
 
 pytestmark = pytest.mark.lab
 AUDIT = AuditOptions(nvml_timeout=5, timeout=30)
@@ -27,9 +27,7 @@ AUDIT = AuditOptions(nvml_timeout=5, timeout=30)
 
 @pytest.fixture(scope="module")
 def fleet(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
-    why = lab_unavailable()
-    if why:
-        pytest.skip(why)
+    require_lab()
     lab = make_lab(tmp_path_factory.mktemp("batches"), "127.0.63", 5)
     try:
         yield lab

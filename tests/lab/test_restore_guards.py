@@ -29,7 +29,7 @@ from remediation.restore.errors import LockHeldError
 from remediation.restore.flow import HostStatus, RestoreOptions, driver_restore
 from remediation.restore.lock import host_leases
 from remediation.restore.rules import Action
-from tests.conftest import ROOT, lab_unavailable, make_lab, ssh
+from tests.conftest import ROOT, make_lab, require_lab, ssh
 
 pytestmark = pytest.mark.lab
 AUDIT = AuditOptions(nvml_timeout=5, timeout=30)
@@ -38,9 +38,7 @@ LEASE = "/var/lib/gpufleet/restore.lease"
 
 @pytest.fixture(scope="module")
 def fleet(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
-    why = lab_unavailable()
-    if why:
-        pytest.skip(why)
+    require_lab()
     lab = make_lab(tmp_path_factory.mktemp("guards"), "127.0.62", 5)
     try:
         yield lab

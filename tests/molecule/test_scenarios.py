@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import ROOT, lab_unavailable
+from tests.conftest import ROOT, require_lab
 
 pytestmark = pytest.mark.lab
 
@@ -22,9 +22,7 @@ SCENARIOS = sorted(p.parent.name for p in (ROOT / "molecule").glob("*/molecule.y
 
 @pytest.mark.parametrize("scenario", SCENARIOS)
 def test_molecule_scenario(scenario: str) -> None:
-    why = lab_unavailable()
-    if why:
-        pytest.skip(why)
+    require_lab()
     venv_bin = str(Path(sys.executable).parent)
     env = {**os.environ, "PATH": venv_bin + os.pathsep + os.environ.get("PATH", "")}
     proc = subprocess.run(

@@ -19,16 +19,14 @@ import pytest
 from lab.faults import inject
 from remediation.inventory import load
 from remediation.train.monitor import FIELDS, monitor, parse_csv
-from tests.conftest import ROOT, lab_unavailable, make_lab
+from tests.conftest import ROOT, make_lab, require_lab
 
 pytestmark = pytest.mark.lab
 
 
 @pytest.fixture(scope="module")
 def lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
-    why = lab_unavailable()
-    if why:
-        pytest.skip(why)
+    require_lab()
     the_lab = make_lab(tmp_path_factory.mktemp("monitor-lab"), "127.0.39", 2)
     try:
         yield the_lab

@@ -12,11 +12,9 @@ from hypothesis import strategies as st
 from remediation.aoai import text
 from remediation.diagnose import diagnose
 from remediation.parsers import detect_kind
-from tests.corpus import CORPUS
 from tests.corpus import blocks as _load
 
-needs_corpus = pytest.mark.skipif(not CORPUS.exists(), reason=f"corpus not found at {CORPUS}")
-BLOCKS: dict[str, list[str]] = _load() if CORPUS.exists() else {}
+BLOCKS: dict[str, list[str]] = _load()
 
 # what the corpus's "Facts:" lines state for each §5 sample (limit_kind in the words)
 FACTS: dict[str, dict[str, object]] = {
@@ -82,12 +80,10 @@ FINDINGS = {
 }
 
 
-@needs_corpus
 def test_every_section_5_sample_is_covered() -> None:
     assert {s for s in BLOCKS if s.startswith("5.")} == set(FACTS) | {"5.18"}
 
 
-@needs_corpus
 @pytest.mark.parametrize("section", sorted(FACTS))
 def test_corpus_facts(section: str) -> None:
     sample = BLOCKS[section][0]
@@ -103,14 +99,12 @@ def test_corpus_facts(section: str) -> None:
     json.dumps(result.to_dict())
 
 
-@needs_corpus
 def test_resource_manager_throttle_is_not_azure_openai() -> None:
     # §5.18: same status and retry-after header, another service (ARM); not claimed by aoai-429
     assert text.score(BLOCKS["5.18"][0]) == 0
     assert detect_kind(BLOCKS["5.18"][0]) != "aoai-429"
 
 
-@needs_corpus
 @pytest.mark.parametrize("section", ["1.2", "2.4", "3.1", "4A.1", "4C.1"])
 def test_other_kinds_text_is_not_taken(section: str) -> None:
     assert text.score(BLOCKS[section][0]) == 0

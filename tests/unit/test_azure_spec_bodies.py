@@ -1,4 +1,4 @@
-"""The request bodies the product builds, validated against the Azure REST specs in ../shared/specs/azure."""
+"""The request bodies the product builds, validated against the Azure REST specs in lab/services/azure-specs."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from lab.services.armspec import SpecSet
 from remediation.azure.extension import ExtensionConfig
 from remediation.azure.quota import quota_request_body
 
-SPECS = Path(__file__).resolve().parents[2].parent / "shared" / "specs" / "azure"
+SPECS = Path(__file__).resolve().parents[2] / "lab" / "services" / "azure-specs"
 QUOTA = "quota/resource-manager/Microsoft.Quota/stable/2023-02-01/quota.json"
 VM = "compute/resource-manager/Microsoft.Compute/ComputeRP/stable/2024-11-01/virtualMachine.json"
 EXT = ("/subscriptions/{subscriptionId}/resourceGroups/{resourceGroupName}/providers/Microsoft.Compute/"

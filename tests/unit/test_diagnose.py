@@ -12,11 +12,9 @@ from remediation.catalog import CATALOG
 from remediation.diagnose import DiagnoseResult, diagnose, render_text
 from remediation.errors import ParseError
 from remediation.parsers import detect_kind
-from tests.corpus import CORPUS
 from tests.corpus import blocks as _load
 
-BLOCKS: dict[str, list[str]] = _load() if CORPUS.exists() else {}
-needs_corpus = pytest.mark.skipif(not CORPUS.exists(), reason=f"corpus not found at {CORPUS}")
+BLOCKS: dict[str, list[str]] = _load()
 
 
 def _expected_kind(section: str, index: int) -> str:
@@ -34,13 +32,11 @@ CASES = [
 ]
 
 
-@needs_corpus
 @pytest.mark.parametrize(("section", "index"), CASES)
 def test_kind_detection_on_each_corpus_block(section: str, index: int) -> None:
     assert detect_kind(BLOCKS[section][index]) == _expected_kind(section, index)
 
 
-@needs_corpus
 @pytest.mark.parametrize("section", ["5.4", "5.6"])
 def test_other_sections_are_not_taken_for_these_kinds(section: str) -> None:
     # OOM and 429 text: no host kind claims it (the areas' own kinds do)
@@ -65,7 +61,6 @@ def _assert_contract(doc: dict[str, object]) -> None:
     json.dumps(doc)  # serialisable as is
 
 
-@needs_corpus
 @pytest.mark.parametrize(("section", "index"), CASES)
 def test_json_contract_on_each_corpus_block(section: str, index: int) -> None:
     doc = diagnose(BLOCKS[section][index]).to_dict()
@@ -95,7 +90,6 @@ def _ids(result: DiagnoseResult) -> list[str]:
     return [f.id for f in result.findings]
 
 
-@needs_corpus
 def test_nvml_mapping() -> None:
     assert _ids(diagnose(BLOCKS["2.2"][0])) == ["GPU-DRV-001"]
     proved = diagnose(BLOCKS["2.4"][0])
@@ -116,7 +110,6 @@ def test_nvml_mapping() -> None:
     assert mixed.facts["kernel_log"]["rm_init_failures"][0]["code"] == "0x22:0x56:884"
 
 
-@needs_corpus
 def test_kernel_mapping() -> None:
     r = diagnose(BLOCKS["3.1"][0])
     assert r.kind == "kernel-log"
@@ -142,7 +135,6 @@ def test_kernel_mapping() -> None:
     assert _ids(diagnose(BLOCKS["3.17"][0])) == []
 
 
-@needs_corpus
 def test_apt_mapping() -> None:
     r = diagnose(BLOCKS["4A.1"][0])
     # KRN-004: it upgrades NVIDIA packages; KRN-006 (info): what it installed, NVIDIA packages included, as the
@@ -181,7 +173,6 @@ def test_unattended_kernel_install_and_dry_run() -> None:
     assert dry.facts["transactions"][0]["dry_run"] is True
 
 
-@needs_corpus
 def test_dkms_mapping() -> None:
     r = diagnose(BLOCKS["4C.3"][0])
     assert _ids(r) == ["GPU-DKMS-001"] * 4

@@ -14,7 +14,7 @@ from remediation.k8s.scheduling import parse_events, parse_message, text_verdict
 from remediation.parsers import detect_kind
 from tests.corpus import blocks
 
-FS_CORPUS = Path(__file__).resolve().parents[3] / "shared" / "corpus" / "failedscheduling-dev.md"
+FS_CORPUS = Path(__file__).resolve().parents[1] / "fixtures" / "corpus" / "failedscheduling-dev.md"
 
 
 def _entries() -> dict[str, str]:

@@ -1,16 +1,14 @@
 """Every §2 (nvidia-smi/NVML), §3 (kernel log) and §4 (apt history, dkms) sample of the field-text corpus, checked
-against the facts the corpus states for it (shared/corpus/field-text-dev.md, beside the repository)."""
+against the facts the corpus states for it (tests/fixtures/corpus/field-text-dev.md)."""
 
 from __future__ import annotations
 
 import pytest
 
 from remediation.parsers import apt_history, dkms, kernel_log, nvml_text
-from tests.corpus import CORPUS
 from tests.corpus import blocks as _load
 
-pytestmark = pytest.mark.skipif(not CORPUS.exists(), reason=f"corpus not found at {CORPUS}")
-BLOCKS: dict[str, list[str]] = _load() if CORPUS.exists() else {}
+BLOCKS: dict[str, list[str]] = _load()
 
 
 def block(section: str, index: int = 0) -> str:

@@ -15,8 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-
-prometheus_parser = pytest.importorskip("prometheus_client.parser")
+from prometheus_client import parser as prometheus_parser
 
 ROOT = Path(__file__).resolve().parents[2]
 PROBE_DIR = ROOT / "remediation" / "probe"

@@ -26,7 +26,7 @@ def _pick(pred) -> dict[str, Any]:  # type: ignore[no-untyped-def]
         d = json.loads(p.read_text())
         if isinstance(d, dict) and str(d.get("schema", "")).startswith("gpufleet.facts/") and pred(d):
             return d
-    pytest.skip("no fixture for this case")
+    pytest.fail(f"no facts fixture in {FIXTURES} matches this case: add one")
 
 
 def _decide(doc: dict[str, Any], vars_: dict[str, Any] | None = None, **kw: Any):  # type: ignore[no-untyped-def]

@@ -17,7 +17,6 @@ from remediation.checks.registry import rule
 from remediation.diagnose import diagnose
 from remediation.facts import facts_from_dict
 from remediation.findings import Finding
-from tests.corpus import CORPUS
 from tests.corpus import blocks as corpus_blocks
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -108,7 +107,7 @@ def test_xid_granularity_is_code_and_gpu_in_both() -> None:
     assert {f.summary.split()[3].rstrip(":") for f in text} == {"0000:07:00", "0000:08:00"}
 
 
-KERNEL_SECTIONS = sorted(s for s in (corpus_blocks() if CORPUS.exists() else {}) if s.startswith(("2.", "3.")))
+KERNEL_SECTIONS = sorted(s for s in corpus_blocks() if s.startswith(("2.", "3.")))
 
 
 @pytest.mark.parametrize("section", KERNEL_SECTIONS)

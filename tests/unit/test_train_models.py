@@ -3,7 +3,7 @@
 The real packages build small models from configs (``from_config``: nothing is downloaded) of every family the
 planner parses; the planner parses the same ``config.to_dict()`` and must count the same parameters, and the same
 trainable LoRA parameters as peft, with ``all - trainable == base``. The full-size figures are checked against the
-corpus (../shared/corpus/memory-dev.md sections 5 and 6).
+corpus (tests/fixtures/corpus/memory-dev.md sections 5 and 6).
 """
 
 from __future__ import annotations
