@@ -91,12 +91,12 @@ def _connection_options(plugin: Any, loader: Any, name: str, hostvars: Mapping[s
         try:
             var_options[key] = templar.template(value)
         except Exception as exc:  # AnsibleUndefinedVariable and friends
-            raise InventoryError(f"host {name}: {key} cannot be rendered: {exc}") from None
+            raise InventoryError(f"host {label(name)}: {key} cannot be rendered: {exc}") from None
     try:
         plugin.set_options(var_options=var_options)
         return {key: plugin.get_option(key) for key in _SSH_OPTIONS}
     except Exception as exc:
-        raise InventoryError(f"host {name}: Ansible's ssh connection options are not usable: {exc}") from None
+        raise InventoryError(f"host {label(name)}: Ansible's ssh connection options are not usable: {exc}") from None
 
 
 def load(inventory: str | Path, group: str = "all", limit: str | Sequence[str] | None = None) -> list[Host]:
@@ -142,7 +142,8 @@ def load(inventory: str | Path, group: str = "all", limit: str | Sequence[str] |
             ssh_args=str(opts["ssh_args"] or ""),
             common_args=str(opts["ssh_common_args"] or ""),
             extra_args=str(opts["ssh_extra_args"] or ""),
-            where=f"host {h.name}",
+            where=f"host {label(h.name)}",
+            host_var=_host_var(hv),
         )
         out.append(
             Host(
@@ -155,6 +156,16 @@ def load(inventory: str | Path, group: str = "all", limit: str | Sequence[str] |
             )
         )
     return out
+
+
+def label(name: str) -> str:
+    """An inventory host name as it may appear in a one-line message: quoted when it has spaces or controls."""
+    return name if name and all(ch.isprintable() and not ch.isspace() for ch in name) else repr(name)
+
+
+def _host_var(hostvars: Mapping[str, Any]) -> str:
+    """The variable the ssh plugin takes the address from (the last of its ``vars:`` set wins)."""
+    return next((k for k in ("ansible_ssh_host", "ansible_host") if hostvars.get(k)), "inventory_hostname")
 
 
 def _natural(name: str) -> list[Any]:

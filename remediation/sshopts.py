@@ -87,6 +87,49 @@ def local_user() -> tuple[str, Path]:
     return entry.pw_name, Path(entry.pw_dir)
 
 
+# OpenSSH 9.6's checks of the host and user names it may expand into a ProxyCommand (ssh.c, valid_hostname and
+# valid_ruser; CVE-2023-51385). Users are also refused control characters (a newline ends a shell command).
+_HOST_FORBIDDEN = frozenset("'`\"$\\;&<>|(){}")
+_USER_FORBIDDEN = frozenset("'`\";&<>|(){}")
+
+
+def _is_control(ch: str) -> bool:
+    return ch.isspace() or ord(ch) < 0x20 or ord(ch) == 0x7F or not ch.isprintable()
+
+
+def hostname_problem(name: str) -> str | None:
+    """Why OpenSSH would refuse ``name`` as a host name (``valid_hostname``); None when it would not."""
+    if not name:
+        return "is empty"
+    if name.startswith("-"):
+        return "starts with '-' (it would be read as an option)"
+    bad = sorted({ch for ch in name if ch in _HOST_FORBIDDEN or _is_control(ch)})
+    if bad:
+        return f"contains shell metacharacters or spaces ({' '.join(repr(ch) for ch in bad)})"
+    return None
+
+
+def user_problem(name: str) -> str | None:
+    """Why OpenSSH would refuse ``name`` as a remote user name (``valid_ruser``, plus control characters)."""
+    if not name:
+        return "is empty"
+    bad = sorted({ch for ch in name if ch in _USER_FORBIDDEN or (_is_control(ch) and ch != " ")})
+    if bad:
+        return f"contains shell metacharacters or control characters ({' '.join(repr(ch) for ch in bad)})"
+    if re.search(r"\s-", name):
+        return "has a '-' after a space (it would be read as an option)"
+    if name.endswith("\\"):
+        return "ends in a backslash"
+    return None
+
+
+def _refuse(where: str, what: str, value: str, problem: str, fix: str) -> InventoryError:
+    return InventoryError(
+        f"{where}: {what} {value!r} {problem}; OpenSSH refuses such names (CVE-2023-51385) and so does the"
+        f" fan-out: {fix}"
+    )
+
+
 def expand_tokens(text: str, tokens: Mapping[str, str], where: str) -> str:
     """OpenSSH's ``%x`` tokens (``%%`` is a percent sign); an unknown token is refused, as ssh(1) does."""
 
@@ -151,6 +194,11 @@ def parse_jump(spec: str, where: str) -> tuple[JumpHost, ...]:
             port = int(port_text)
         if not host or (user is not None and not user) or re.search(r"[\s/]", host):
             raise InventoryError(f"{where}: ProxyJump {spec!r} is not [user@]host[:port][,...]")
+        fix = "fix ProxyJump / -J in ansible_ssh_common_args or ansible_ssh_extra_args"
+        if (problem := hostname_problem(host)) is not None:
+            raise _refuse(where, "ProxyJump host", host, problem, fix)
+        if user is not None and (problem := user_problem(user)) is not None:
+            raise _refuse(where, "ProxyJump user", user, problem, fix)
         hops.append(JumpHost(host, port, user))
     return tuple(hops)
 
@@ -220,12 +268,18 @@ def ssh_target(
     common_args: str = "",
     extra_args: str = "",
     where: str,
+    host_var: str = "ansible_host",
 ) -> SshTarget:
     """Read a host's connection settings as ``ssh`` would get them from Ansible's ssh connection plugin.
 
     ``where`` names the host in errors. ``port``/``user``/``private_key_file`` are Ansible's own options
     (``ansible_port``, ``ansible_user``, ``ansible_ssh_private_key_file``): Ansible passes them before the
-    ``*_args``, so they win over a ``-o Port=`` there (first value wins)."""
+    ``*_args``, so they win over a ``-o Port=`` there (first value wins). ``host_var`` names the variable
+    ``host`` came from, for errors.
+
+    As OpenSSH 9.6+ does (CVE-2023-51385), a host or user name with shell metacharacters is refused
+    (:class:`InventoryError`) before anything is expanded or run; and every token expanded into a ``ProxyCommand``
+    is quoted for the shell (``shlex.quote``), so no name reaches ``/bin/sh`` as shell text."""
     argv = split_args(ssh_args, f"{where}: ssh_args")
     if port is not None:
         argv += ["-o", f"Port={port}"]
@@ -237,6 +291,12 @@ def ssh_target(
     argv += split_args(extra_args, f"{where}: ansible_ssh_extra_args")
     first, identity, order = _parse(argv, where)
 
+    args_vars = "ansible_ssh_common_args / ansible_ssh_extra_args"
+    if (problem := hostname_problem(host)) is not None:
+        raise _refuse(where, host_var, host, problem, f"fix {host_var} in the inventory (a DNS name or an IP address)")
+    if "user" in first and (problem := user_problem(first["user"])) is not None:
+        var = "ansible_user" if user else f"-l / -o User in {args_vars}"
+        raise _refuse(where, var, first["user"], problem, f"fix {var} in the inventory")
     local_name, home = local_user()
     hostname = first.get("hostname", host)
     port_text = first.get("port", "22")
@@ -252,6 +312,9 @@ def ssh_target(
     }
     if "hostname" in first:  # ssh expands tokens in a HostName option, not in the destination it was given
         hostname = expand_tokens(hostname, {**tokens, "h": host}, where)
+        if (problem := hostname_problem(hostname)) is not None:
+            raise _refuse(where, f"-o HostName in {args_vars}", hostname, problem,
+                          "fix the HostName option in the inventory")
         tokens.update(h=hostname, k=alias or hostname)
 
     def files(key: str) -> tuple[Path, ...] | None:
@@ -280,7 +343,8 @@ def ssh_target(
     if route == "proxyjump" and first["proxyjump"].strip().lower() != "none":
         jump = parse_jump(first["proxyjump"], where)
     elif route == "proxycommand" and first["proxycommand"].strip().lower() != "none":
-        command = expand_tokens(first["proxycommand"].strip(), tokens, f"{where}: ProxyCommand")
+        quoted = {key: shlex.quote(value) for key, value in tokens.items()}  # defence in depth: never shell text
+        command = expand_tokens(first["proxycommand"].strip(), quoted, f"{where}: ProxyCommand")
 
     options = SshOptions(
         identity_files=tuple(expand_path(_one_path(v, where), tokens, home, f"{where}: IdentityFile")
