@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from .errors import InventoryError
-from .sshopts import SshOptions, ssh_target
+from .sshopts import SshOptions, port_number, ssh_target
 
 
 @dataclass(frozen=True)
@@ -130,32 +130,34 @@ def load(inventory: str | Path, group: str = "all", limit: str | Sequence[str] |
         if unmatched:
             raise InventoryError(f"--limit {','.join(unmatched)} matches no host of group {group!r} in {inventory}")
         hosts = picked
-    out = []
-    for h in hosts:
-        hv = variables.get_vars(host=h, include_hostvars=False)
-        opts = _connection_options(plugin, loader, h.name, hv)
-        target = ssh_target(
-            host=str(opts["host"] or h.name),
-            port=int(opts["port"]) if opts["port"] not in (None, "") else None,
-            user=str(opts["remote_user"]) if opts["remote_user"] else None,
-            private_key_file=str(opts["private_key_file"]) if opts["private_key_file"] else None,
-            ssh_args=str(opts["ssh_args"] or ""),
-            common_args=str(opts["ssh_common_args"] or ""),
-            extra_args=str(opts["ssh_extra_args"] or ""),
-            where=f"host {label(h.name)}",
-            host_var=_host_var(hv),
-        )
-        out.append(
-            Host(
-                name=h.name,
-                address=target.host,
-                port=target.port,
-                user=target.user,
-                vars={k: v for k, v in hv.items() if not k.startswith("ansible_") or k == "ansible_host"},
-                ssh=target.options,
-            )
-        )
-    return out
+    return [host_from_vars(plugin, loader, h.name, variables.get_vars(host=h, include_hostvars=False)) for h in hosts]
+
+
+def host_from_vars(plugin: Any, loader: Any, name: str, hv: Mapping[str, Any]) -> Host:
+    """One inventory host from its variables: the ssh plugin's options read with ssh's grammar."""
+    opts = _connection_options(plugin, loader, name, hv)
+    port = opts["port"]
+    if port not in (None, "") and not (isinstance(port, int) or (isinstance(port, str) and port_number(port))):
+        raise InventoryError(f"host {label(name)}: ansible_port {port!r} is not a port number; fix the inventory")
+    target = ssh_target(
+        host=str(opts["host"] or name),
+        port=int(port) if port not in (None, "") else None,
+        user=str(opts["remote_user"]) if opts["remote_user"] else None,
+        private_key_file=str(opts["private_key_file"]) if opts["private_key_file"] else None,
+        ssh_args=str(opts["ssh_args"] or ""),
+        common_args=str(opts["ssh_common_args"] or ""),
+        extra_args=str(opts["ssh_extra_args"] or ""),
+        where=f"host {label(name)}",
+        host_var=_host_var(hv),
+    )
+    return Host(
+        name=name,
+        address=target.host,
+        port=target.port,
+        user=target.user,
+        vars={k: v for k, v in hv.items() if not k.startswith("ansible_") or k == "ansible_host"},
+        ssh=target.options,
+    )
 
 
 def label(name: str) -> str:

@@ -93,6 +93,11 @@ _HOST_FORBIDDEN = frozenset("'`\"$\\;&<>|(){}")
 _USER_FORBIDDEN = frozenset("'`\";&<>|(){}")
 
 
+def printable(text: str) -> str:
+    """``text`` for a one-line message: characters that are not printable shown as escapes (``\\n``)."""
+    return "".join(ch if ch.isprintable() else repr(ch)[1:-1] for ch in text)
+
+
 def _is_control(ch: str) -> bool:
     return ch.isspace() or ord(ch) < 0x20 or ord(ch) == 0x7F or not ch.isprintable()
 
@@ -138,7 +143,7 @@ def expand_tokens(text: str, tokens: Mapping[str, str], where: str) -> str:
         if key == "%":
             return "%"
         if key not in tokens:
-            raise InventoryError(f"{where}: unknown token %{key} in {text!r} (known: %%, "
+            raise InventoryError(f"{where}: unknown token %{printable(key)} in {text!r} (known: %%, "
                                  f"{', '.join('%' + k for k in sorted(tokens))})")
         return tokens[key]
 
@@ -170,6 +175,13 @@ def _option(text: str, where: str) -> tuple[str, str]:
     return m.group(1).lower(), m.group(2)
 
 
+def port_number(text: str) -> int | None:
+    """A TCP port from ASCII digits (``str.isdigit`` also takes ``²``, which ``int`` refuses); None if not one."""
+    if not re.fullmatch(r"[0-9]{1,5}", text):
+        return None
+    return int(text) if 1 <= int(text) <= 65535 else None
+
+
 def parse_jump(spec: str, where: str) -> tuple[JumpHost, ...]:
     """``[user@]host[:port]`` or ``ssh://[user@]host[:port]``, comma-separated (the first hop first)."""
     hops = []
@@ -189,9 +201,9 @@ def parse_jump(spec: str, where: str) -> tuple[JumpHost, ...]:
         else:
             host, port_text = item, None
         if port_text is not None:
-            if not port_text.isdigit() or not 1 <= int(port_text) <= 65535:
+            if (number := port_number(port_text)) is None:
                 raise InventoryError(f"{where}: ProxyJump {spec!r}: port {port_text!r} is not 1-65535")
-            port = int(port_text)
+            port = number
         if not host or (user is not None and not user) or re.search(r"[\s/]", host):
             raise InventoryError(f"{where}: ProxyJump {spec!r} is not [user@]host[:port][,...]")
         fix = "fix ProxyJump / -J in ansible_ssh_common_args or ansible_ssh_extra_args"
@@ -208,7 +220,9 @@ def _parse(argv: Sequence[str], where: str) -> tuple[dict[str, str], list[str], 
     try:
         opts, rest = getopt.getopt(list(argv), SSH_OPTSTRING)
     except getopt.GetoptError as exc:
-        raise InventoryError(f"{where}: {exc}; an ssh option Ansible would pass on is not one ssh(1) knows") from None
+        raise InventoryError(
+            f"{where}: {printable(str(exc))}; an ssh option Ansible would pass on is not one ssh(1) knows"
+        ) from None
     if rest:
         raise InventoryError(f"{where}: unexpected argument {rest[0]!r} (only ssh options belong here)")
     first: dict[str, str] = {}
@@ -236,7 +250,7 @@ def _parse(argv: Sequence[str], where: str) -> tuple[dict[str, str], list[str], 
             put("proxyjump", value)
         elif flag == "-F":
             raise InventoryError(
-                f"{where}: -F {value} (an ssh_config file) is not read by the fan-out; put ProxyJump,"
+                f"{where}: -F {printable(value)} (an ssh_config file) is not read by the fan-out; put ProxyJump,"
                 " UserKnownHostsFile, IdentityFile, ... in ansible_ssh_common_args instead"
             )
     return first, identity, order
@@ -300,9 +314,9 @@ def ssh_target(
     local_name, home = local_user()
     hostname = first.get("hostname", host)
     port_text = first.get("port", "22")
-    if not port_text.isdigit() or not 1 <= int(port_text) <= 65535:
+    if (number := port_number(port_text)) is None:
         raise InventoryError(f"{where}: port {port_text!r} is not 1-65535")
-    the_port = int(port_text)
+    the_port = number
     the_user = first.get("user") or local_name
     alias = first.get("hostkeyalias")
     tokens = {
