@@ -54,3 +54,17 @@ def test_shell_metacharacters_in_inventory_exit_2_and_run_nothing(
     lines = proc.stderr.strip().splitlines()
     assert len(lines) == 1, proc.stderr
     assert "gpu-1" in lines[0] and variable in lines[0] and "shell metacharacter" in lines[0], lines[0]
+
+
+def test_train_monitor_refuses_a_host_name_with_shell_metacharacters(tmp_path: Path) -> None:
+    """Issue 20, item 3: Ansible accepts the name ``gpu-2;id``; train.monitor refuses it before connecting."""
+    inventory = write_inventory(tmp_path / "hosts.yml", {"ansible_host": "127.0.0.1", "ansible_port": "1"})
+    inventory.write_text(inventory.read_text().replace('"gpu-1"', '"gpu-2;id"'))
+    proc = subprocess.run(
+        [sys.executable, "-m", "invoke", "train.monitor", "--host", "gpu-2;id", "--inventory", str(inventory),
+         "--count", "1"],
+        cwd=ROOT, capture_output=True, text=True, timeout=180, check=False,
+    )
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and "gpu-2;id" in lines[0] and "rename the host" in lines[0], proc.stderr
