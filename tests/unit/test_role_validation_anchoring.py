@@ -20,7 +20,9 @@ import pytest
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def play(tmp_path: Path, role: str, variables: dict[str, Any], tasks_from: str = "main") -> subprocess.CompletedProcess[str]:
+def play(
+    tmp_path: Path, role: str, variables: dict[str, Any], tasks_from: str = "main"
+) -> subprocess.CompletedProcess[str]:
     playbook = tmp_path / "play.yml"
     playbook.write_text(json.dumps([{
         "hosts": "localhost", "gather_facts": False, "connection": "local",
