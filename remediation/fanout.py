@@ -309,13 +309,26 @@ def _open_target(host: Host, connect_timeout: float, gateways: Gateways) -> Any:
 
 
 EOF_GRACE_S = 2.0  # how long output may trail the exit status before the command's output is taken as complete
+MIB = 1024 * 1024
+MAX_STDOUT = 16 * MIB  # the most read from one host's stdout (the probe's JSON is a few hundred KiB)
+MAX_STDERR = 1 * MIB
 
 
 class CommandTimeout(Exception):
     pass
 
 
-def _exec(client, command: str, stdin: bytes | None, timeout: float) -> tuple[int, str, str]:  # type: ignore[no-untyped-def]
+class OutputTooLarge(Exception):
+    """A host sent more than the fan-out reads from one host: that host's error, not the controller's memory."""
+
+    def __init__(self, stream: str, cap: int) -> None:
+        super().__init__(f"probe output over {cap / MIB:g} MiB on {stream} (the fan-out reads no more from one host)")
+
+
+def _exec(  # type: ignore[no-untyped-def]
+    client, command: str, stdin: bytes | None, timeout: float, max_stdout: int = MAX_STDOUT,
+    max_stderr: int = MAX_STDERR,
+) -> tuple[int, str, str]:
     """Run one command on an open connection: stdin sent then closed (EOF), output read until exit."""
     deadline = time.monotonic() + timeout
     chan = client.get_transport().open_session(timeout=timeout)
@@ -333,31 +346,42 @@ def _exec(client, command: str, stdin: bytes | None, timeout: float) -> tuple[in
                     continue
                 view = view[sent:]
         chan.shutdown_write()
-        out, err = bytearray(), bytearray()
-        exited_at = None
-        while True:
-            if chan.recv_ready():
-                out += chan.recv(65536)
-                continue
-            if chan.recv_stderr_ready():
-                err += chan.recv_stderr(65536)
-                continue
-            if chan.exit_status_ready():
-                # sshd may send the exit status before the last output it still reads from the command's pipe:
-                # the output is complete at EOF. A background child that keeps the pipe open gets a short grace.
-                if chan.eof_received or chan.closed:
-                    break
-                exited_at = exited_at or time.monotonic()
-                if time.monotonic() - exited_at > EOF_GRACE_S:
-                    break
-                time.sleep(0.005)
-            else:
-                chan.status_event.wait(0.05)
-            if time.monotonic() > deadline:
-                raise CommandTimeout
+        out, err = read_output(chan, deadline, max_stdout, max_stderr)
         return chan.recv_exit_status(), out.decode(errors="replace"), err.decode(errors="replace")
     finally:
         chan.close()
+
+
+def read_output(chan: Any, deadline: float, max_stdout: int, max_stderr: int) -> tuple[bytes, bytes]:
+    """A channel's stdout and stderr until the command exits: at most ``max_stdout`` / ``max_stderr`` bytes each
+    (:class:`OutputTooLarge` past that: nothing more is read), :class:`CommandTimeout` past ``deadline``."""
+    out, err = bytearray(), bytearray()
+    exited_at = None
+    while True:
+        if chan.recv_ready():
+            out += chan.recv(min(65536, max_stdout + 1 - len(out)))
+            if len(out) > max_stdout:
+                raise OutputTooLarge("stdout", max_stdout)
+            continue
+        if chan.recv_stderr_ready():
+            err += chan.recv_stderr(min(65536, max_stderr + 1 - len(err)))
+            if len(err) > max_stderr:
+                raise OutputTooLarge("stderr", max_stderr)
+            continue
+        if chan.exit_status_ready():
+            # sshd may send the exit status before the last output it still reads from the command's pipe:
+            # the output is complete at EOF. A background child that keeps the pipe open gets a short grace.
+            if chan.eof_received or chan.closed:
+                break
+            exited_at = exited_at or time.monotonic()
+            if time.monotonic() - exited_at > EOF_GRACE_S:
+                break
+            time.sleep(0.005)
+        else:
+            chan.status_event.wait(0.05)
+        if time.monotonic() > deadline:
+            raise CommandTimeout
+    return bytes(out), bytes(err)
 
 
 def run_one(
@@ -367,6 +391,8 @@ def run_one(
     connect_timeout: float,
     timeout: float,
     gateways: Gateways | None = None,
+    max_stdout: int = MAX_STDOUT,
+    max_stderr: int = MAX_STDERR,
 ) -> HostRun:
     import paramiko
 
@@ -376,13 +402,15 @@ def run_one(
     hops = gateways if gateways is not None else Gateways(connect_timeout)
     try:
         conn = _open_target(host, connect_timeout, hops)
-        code, out, err = _exec(conn.client, command, stdin, timeout)
+        code, out, err = _exec(conn.client, command, stdin, timeout, max_stdout, max_stderr)
         status = Status.OK if code == 0 else Status.FAILED
         return HostRun(host.name, status, code, out, err, time.monotonic() - t0)
     except CommandTimeout:
         return HostRun(
             host.name, Status.TIMED_OUT, None, "", "", time.monotonic() - t0, f"command timed out after {timeout:g} s"
         )
+    except OutputTooLarge as exc:
+        return HostRun(host.name, Status.FAILED, None, "", "", time.monotonic() - t0, str(exc))
     except FanoutError:
         raise
     except Exception as exc:  # one host's failure is a value, not a crash
@@ -409,8 +437,13 @@ def fan_out(
     connect_timeout: float = 10.0,
     timeout: float = 60.0,
     progress: Callable[[HostRun], None] | None = None,
+    max_stdout: int = MAX_STDOUT,
+    max_stderr: int = MAX_STDERR,
 ) -> FanoutResult:
-    """Run ``command`` on every host (at most ``concurrency`` at once); every host is in the result."""
+    """Run ``command`` on every host (at most ``concurrency`` at once); every host is in the result.
+
+    At most ``max_stdout`` / ``max_stderr`` bytes are read from one host: a host that sends more is that host's
+    error (FAILED, ``probe output over N MiB``), never the controller's memory."""
     hosts = list(hosts)
     if concurrency < 1:
         raise FanoutError(f"--concurrency {concurrency} must be at least 1")
@@ -421,7 +454,10 @@ def fan_out(
     gateways = Gateways(connect_timeout)
     try:
         with ThreadPoolExecutor(max_workers=min(concurrency, len(hosts)), thread_name_prefix="fanout") as pool:
-            futures = {pool.submit(run_one, h, command, stdin, connect_timeout, timeout, gateways): h for h in hosts}
+            futures = {
+                pool.submit(run_one, h, command, stdin, connect_timeout, timeout, gateways, max_stdout, max_stderr): h
+                for h in hosts
+            }
             for fut in as_completed(futures):
                 run = fut.result()
                 runs[run.host] = run

@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from .errors import InventoryError
-from .sshopts import SshOptions, ssh_target
+from .sshopts import SshOptions, port_number, ssh_target
 
 
 @dataclass(frozen=True)
@@ -91,12 +91,12 @@ def _connection_options(plugin: Any, loader: Any, name: str, hostvars: Mapping[s
         try:
             var_options[key] = templar.template(value)
         except Exception as exc:  # AnsibleUndefinedVariable and friends
-            raise InventoryError(f"host {name}: {key} cannot be rendered: {exc}") from None
+            raise InventoryError(f"host {label(name)}: {key} cannot be rendered: {exc}") from None
     try:
         plugin.set_options(var_options=var_options)
         return {key: plugin.get_option(key) for key in _SSH_OPTIONS}
     except Exception as exc:
-        raise InventoryError(f"host {name}: Ansible's ssh connection options are not usable: {exc}") from None
+        raise InventoryError(f"host {label(name)}: Ansible's ssh connection options are not usable: {exc}") from None
 
 
 def load(inventory: str | Path, group: str = "all", limit: str | Sequence[str] | None = None) -> list[Host]:
@@ -130,31 +130,44 @@ def load(inventory: str | Path, group: str = "all", limit: str | Sequence[str] |
         if unmatched:
             raise InventoryError(f"--limit {','.join(unmatched)} matches no host of group {group!r} in {inventory}")
         hosts = picked
-    out = []
-    for h in hosts:
-        hv = variables.get_vars(host=h, include_hostvars=False)
-        opts = _connection_options(plugin, loader, h.name, hv)
-        target = ssh_target(
-            host=str(opts["host"] or h.name),
-            port=int(opts["port"]) if opts["port"] not in (None, "") else None,
-            user=str(opts["remote_user"]) if opts["remote_user"] else None,
-            private_key_file=str(opts["private_key_file"]) if opts["private_key_file"] else None,
-            ssh_args=str(opts["ssh_args"] or ""),
-            common_args=str(opts["ssh_common_args"] or ""),
-            extra_args=str(opts["ssh_extra_args"] or ""),
-            where=f"host {h.name}",
-        )
-        out.append(
-            Host(
-                name=h.name,
-                address=target.host,
-                port=target.port,
-                user=target.user,
-                vars={k: v for k, v in hv.items() if not k.startswith("ansible_") or k == "ansible_host"},
-                ssh=target.options,
-            )
-        )
-    return out
+    return [host_from_vars(plugin, loader, h.name, variables.get_vars(host=h, include_hostvars=False)) for h in hosts]
+
+
+def host_from_vars(plugin: Any, loader: Any, name: str, hv: Mapping[str, Any]) -> Host:
+    """One inventory host from its variables: the ssh plugin's options read with ssh's grammar."""
+    opts = _connection_options(plugin, loader, name, hv)
+    port = opts["port"]
+    if port not in (None, "") and not (isinstance(port, int) or (isinstance(port, str) and port_number(port))):
+        raise InventoryError(f"host {label(name)}: ansible_port {port!r} is not a port number; fix the inventory")
+    target = ssh_target(
+        host=str(opts["host"] or name),
+        port=int(port) if port not in (None, "") else None,
+        user=str(opts["remote_user"]) if opts["remote_user"] else None,
+        private_key_file=str(opts["private_key_file"]) if opts["private_key_file"] else None,
+        ssh_args=str(opts["ssh_args"] or ""),
+        common_args=str(opts["ssh_common_args"] or ""),
+        extra_args=str(opts["ssh_extra_args"] or ""),
+        where=f"host {label(name)}",
+        host_var=_host_var(hv),
+    )
+    return Host(
+        name=name,
+        address=target.host,
+        port=target.port,
+        user=target.user,
+        vars={k: v for k, v in hv.items() if not k.startswith("ansible_") or k == "ansible_host"},
+        ssh=target.options,
+    )
+
+
+def label(name: str) -> str:
+    """An inventory host name as it may appear in a one-line message: quoted when it has spaces or controls."""
+    return name if name and all(ch.isprintable() and not ch.isspace() for ch in name) else repr(name)
+
+
+def _host_var(hostvars: Mapping[str, Any]) -> str:
+    """The variable the ssh plugin takes the address from (the last of its ``vars:`` set wins)."""
+    return next((k for k in ("ansible_ssh_host", "ansible_host") if hostvars.get(k)), "inventory_hostname")
 
 
 def _natural(name: str) -> list[Any]:

@@ -87,6 +87,54 @@ def local_user() -> tuple[str, Path]:
     return entry.pw_name, Path(entry.pw_dir)
 
 
+# OpenSSH 9.6's checks of the host and user names it may expand into a ProxyCommand (ssh.c, valid_hostname and
+# valid_ruser; CVE-2023-51385). Users are also refused control characters (a newline ends a shell command).
+_HOST_FORBIDDEN = frozenset("'`\"$\\;&<>|(){}")
+_USER_FORBIDDEN = frozenset("'`\";&<>|(){}")
+
+
+def printable(text: str) -> str:
+    """``text`` for a one-line message: characters that are not printable shown as escapes (``\\n``)."""
+    return "".join(ch if ch.isprintable() else repr(ch)[1:-1] for ch in text)
+
+
+def _is_control(ch: str) -> bool:
+    return ch.isspace() or ord(ch) < 0x20 or ord(ch) == 0x7F or not ch.isprintable()
+
+
+def hostname_problem(name: str) -> str | None:
+    """Why OpenSSH would refuse ``name`` as a host name (``valid_hostname``); None when it would not."""
+    if not name:
+        return "is empty"
+    if name.startswith("-"):
+        return "starts with '-' (it would be read as an option)"
+    bad = sorted({ch for ch in name if ch in _HOST_FORBIDDEN or _is_control(ch)})
+    if bad:
+        return f"contains shell metacharacters or spaces ({' '.join(repr(ch) for ch in bad)})"
+    return None
+
+
+def user_problem(name: str) -> str | None:
+    """Why OpenSSH would refuse ``name`` as a remote user name (``valid_ruser``, plus control characters)."""
+    if not name:
+        return "is empty"
+    bad = sorted({ch for ch in name if ch in _USER_FORBIDDEN or (_is_control(ch) and ch != " ")})
+    if bad:
+        return f"contains shell metacharacters or control characters ({' '.join(repr(ch) for ch in bad)})"
+    if re.search(r"\s-", name):
+        return "has a '-' after a space (it would be read as an option)"
+    if name.endswith("\\"):
+        return "ends in a backslash"
+    return None
+
+
+def _refuse(where: str, what: str, value: str, problem: str, fix: str) -> InventoryError:
+    return InventoryError(
+        f"{where}: {what} {value!r} {problem}; OpenSSH refuses such names (CVE-2023-51385) and so does the"
+        f" fan-out: {fix}"
+    )
+
+
 def expand_tokens(text: str, tokens: Mapping[str, str], where: str) -> str:
     """OpenSSH's ``%x`` tokens (``%%`` is a percent sign); an unknown token is refused, as ssh(1) does."""
 
@@ -95,7 +143,7 @@ def expand_tokens(text: str, tokens: Mapping[str, str], where: str) -> str:
         if key == "%":
             return "%"
         if key not in tokens:
-            raise InventoryError(f"{where}: unknown token %{key} in {text!r} (known: %%, "
+            raise InventoryError(f"{where}: unknown token %{printable(key)} in {text!r} (known: %%, "
                                  f"{', '.join('%' + k for k in sorted(tokens))})")
         return tokens[key]
 
@@ -127,6 +175,13 @@ def _option(text: str, where: str) -> tuple[str, str]:
     return m.group(1).lower(), m.group(2)
 
 
+def port_number(text: str) -> int | None:
+    """A TCP port from ASCII digits (``str.isdigit`` also takes ``²``, which ``int`` refuses); None if not one."""
+    if not re.fullmatch(r"[0-9]{1,5}", text):
+        return None
+    return int(text) if 1 <= int(text) <= 65535 else None
+
+
 def parse_jump(spec: str, where: str) -> tuple[JumpHost, ...]:
     """``[user@]host[:port]`` or ``ssh://[user@]host[:port]``, comma-separated (the first hop first)."""
     hops = []
@@ -146,11 +201,16 @@ def parse_jump(spec: str, where: str) -> tuple[JumpHost, ...]:
         else:
             host, port_text = item, None
         if port_text is not None:
-            if not port_text.isdigit() or not 1 <= int(port_text) <= 65535:
+            if (number := port_number(port_text)) is None:
                 raise InventoryError(f"{where}: ProxyJump {spec!r}: port {port_text!r} is not 1-65535")
-            port = int(port_text)
+            port = number
         if not host or (user is not None and not user) or re.search(r"[\s/]", host):
             raise InventoryError(f"{where}: ProxyJump {spec!r} is not [user@]host[:port][,...]")
+        fix = "fix ProxyJump / -J in ansible_ssh_common_args or ansible_ssh_extra_args"
+        if (problem := hostname_problem(host)) is not None:
+            raise _refuse(where, "ProxyJump host", host, problem, fix)
+        if user is not None and (problem := user_problem(user)) is not None:
+            raise _refuse(where, "ProxyJump user", user, problem, fix)
         hops.append(JumpHost(host, port, user))
     return tuple(hops)
 
@@ -160,7 +220,9 @@ def _parse(argv: Sequence[str], where: str) -> tuple[dict[str, str], list[str], 
     try:
         opts, rest = getopt.getopt(list(argv), SSH_OPTSTRING)
     except getopt.GetoptError as exc:
-        raise InventoryError(f"{where}: {exc}; an ssh option Ansible would pass on is not one ssh(1) knows") from None
+        raise InventoryError(
+            f"{where}: {printable(str(exc))}; an ssh option Ansible would pass on is not one ssh(1) knows"
+        ) from None
     if rest:
         raise InventoryError(f"{where}: unexpected argument {rest[0]!r} (only ssh options belong here)")
     first: dict[str, str] = {}
@@ -188,7 +250,7 @@ def _parse(argv: Sequence[str], where: str) -> tuple[dict[str, str], list[str], 
             put("proxyjump", value)
         elif flag == "-F":
             raise InventoryError(
-                f"{where}: -F {value} (an ssh_config file) is not read by the fan-out; put ProxyJump,"
+                f"{where}: -F {printable(value)} (an ssh_config file) is not read by the fan-out; put ProxyJump,"
                 " UserKnownHostsFile, IdentityFile, ... in ansible_ssh_common_args instead"
             )
     return first, identity, order
@@ -220,12 +282,18 @@ def ssh_target(
     common_args: str = "",
     extra_args: str = "",
     where: str,
+    host_var: str = "ansible_host",
 ) -> SshTarget:
     """Read a host's connection settings as ``ssh`` would get them from Ansible's ssh connection plugin.
 
     ``where`` names the host in errors. ``port``/``user``/``private_key_file`` are Ansible's own options
     (``ansible_port``, ``ansible_user``, ``ansible_ssh_private_key_file``): Ansible passes them before the
-    ``*_args``, so they win over a ``-o Port=`` there (first value wins)."""
+    ``*_args``, so they win over a ``-o Port=`` there (first value wins). ``host_var`` names the variable
+    ``host`` came from, for errors.
+
+    As OpenSSH 9.6+ does (CVE-2023-51385), a host or user name with shell metacharacters is refused
+    (:class:`InventoryError`) before anything is expanded or run; and every token expanded into a ``ProxyCommand``
+    is quoted for the shell (``shlex.quote``), so no name reaches ``/bin/sh`` as shell text."""
     argv = split_args(ssh_args, f"{where}: ssh_args")
     if port is not None:
         argv += ["-o", f"Port={port}"]
@@ -237,12 +305,18 @@ def ssh_target(
     argv += split_args(extra_args, f"{where}: ansible_ssh_extra_args")
     first, identity, order = _parse(argv, where)
 
+    args_vars = "ansible_ssh_common_args / ansible_ssh_extra_args"
+    if (problem := hostname_problem(host)) is not None:
+        raise _refuse(where, host_var, host, problem, f"fix {host_var} in the inventory (a DNS name or an IP address)")
+    if "user" in first and (problem := user_problem(first["user"])) is not None:
+        var = "ansible_user" if user else f"-l / -o User in {args_vars}"
+        raise _refuse(where, var, first["user"], problem, f"fix {var} in the inventory")
     local_name, home = local_user()
     hostname = first.get("hostname", host)
     port_text = first.get("port", "22")
-    if not port_text.isdigit() or not 1 <= int(port_text) <= 65535:
+    if (number := port_number(port_text)) is None:
         raise InventoryError(f"{where}: port {port_text!r} is not 1-65535")
-    the_port = int(port_text)
+    the_port = number
     the_user = first.get("user") or local_name
     alias = first.get("hostkeyalias")
     tokens = {
@@ -252,6 +326,9 @@ def ssh_target(
     }
     if "hostname" in first:  # ssh expands tokens in a HostName option, not in the destination it was given
         hostname = expand_tokens(hostname, {**tokens, "h": host}, where)
+        if (problem := hostname_problem(hostname)) is not None:
+            raise _refuse(where, f"-o HostName in {args_vars}", hostname, problem,
+                          "fix the HostName option in the inventory")
         tokens.update(h=hostname, k=alias or hostname)
 
     def files(key: str) -> tuple[Path, ...] | None:
@@ -280,7 +357,8 @@ def ssh_target(
     if route == "proxyjump" and first["proxyjump"].strip().lower() != "none":
         jump = parse_jump(first["proxyjump"], where)
     elif route == "proxycommand" and first["proxycommand"].strip().lower() != "none":
-        command = expand_tokens(first["proxycommand"].strip(), tokens, f"{where}: ProxyCommand")
+        quoted = {key: shlex.quote(value) for key, value in tokens.items()}  # defence in depth: never shell text
+        command = expand_tokens(first["proxycommand"].strip(), quoted, f"{where}: ProxyCommand")
 
     options = SshOptions(
         identity_files=tuple(expand_path(_one_path(v, where), tokens, home, f"{where}: IdentityFile")

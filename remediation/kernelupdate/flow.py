@@ -150,8 +150,11 @@ def _offers(
         f = audit.facts
         if f is None or not f.system.kernel_flavour:
             continue
-        by_query.setdefault(available_query(f.system.kernel_flavour, f.packages.driver_branch), []).append(
-            by_name[audit.host])
+        try:
+            query = available_query(f.system.kernel_flavour, f.packages.driver_branch)
+        except ValueError:  # the host reported a flavour or branch that is no name: nothing is asked, no offers
+            continue
+        by_query.setdefault(query, []).append(by_name[audit.host])
     out: dict[str, dict[str, tuple[Available, ...]]] = {}
     for command, group in by_query.items():
         runs = fan_out(group, command, concurrency=options.concurrency, connect_timeout=options.connect_timeout,

@@ -56,8 +56,9 @@ class Available:
     depends: str = ""
 
 
-_FLAVOUR_OK = re.compile(r"^[a-z][a-z0-9.+-]*$")
-_BRANCH_OK = re.compile(r"^[0-9]+$")
+# Host-reported values that go into a shell command: fullmatch (``$`` would accept a trailing newline).
+_FLAVOUR_OK = re.compile(r"[a-z][a-z0-9.+-]*")
+_BRANCH_OK = re.compile(r"[0-9]+")
 
 
 def available_query(flavour: str, branch: str | None) -> str:
@@ -66,7 +67,7 @@ def available_query(flavour: str, branch: str | None) -> str:
     Prints ``apt-cache show`` stanzas (Package, Version, Depends) of every version apt knows (a signed module
     package has one build per driver version: the one for the installed driver is not always the candidate);
     nothing when apt offers none."""
-    if not _FLAVOUR_OK.match(flavour) or (branch is not None and not _BRANCH_OK.match(branch)):
+    if not _FLAVOUR_OK.fullmatch(flavour) or (branch is not None and not _BRANCH_OK.fullmatch(branch)):
         raise ValueError(f"kernel flavour {flavour!r} / driver branch {branch!r} is not a flavour / branch name")
     pattern = shlex.quote(f"^linux-image-[0-9].*-{flavour}$")
     signed = f'linux-modules-nvidia-{branch}-"$r"' if branch else ""

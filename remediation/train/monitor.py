@@ -13,17 +13,20 @@ from __future__ import annotations
 import csv
 import datetime as _dt
 import io
+import shlex
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TextIO
 
+from remediation.errors import InventoryError
 from remediation.fanout import HostRun, Status, run_one
-from remediation.inventory import Host
+from remediation.inventory import Host, label
 from remediation.probe import bundle_program
+from remediation.sshopts import hostname_problem
 from remediation.train.errors import TrainError
 
-__all__ = ["FIELDS", "MonitorResult", "Sample", "bundle", "monitor", "parse_csv"]
+__all__ = ["FIELDS", "MonitorResult", "Sample", "bundle", "check_host_name", "monitor", "parse_csv", "remote_command"]
 
 SAMPLER_PATH = Path(__file__).with_name("sampler.py")
 # The CSV columns, as the sampler writes them (it runs on hosts alone, so it keeps its own copy; the lab tests
@@ -38,6 +41,26 @@ FIELDS = (
     "utilization_gpu_pct",
     "error",
 )
+
+def remote_command(host_label: str, interval: float, count: int, align: float | None) -> str:
+    """The sampler's command line on the host, every argument one shell word (``shlex.join``)."""
+    argv = ["python3", "-I", "-", "--interval", f"{interval:g}", "--count", str(count), "--no-header",
+            "--host-label", host_label]
+    if align is not None:
+        argv += ["--align", f"{align:.6f}"]
+    return shlex.join(argv)
+
+
+def check_host_name(name: str) -> None:
+    """The inventory name labels every CSV row and travels in the remote command: refuse what OpenSSH would
+    refuse as a host name (shell metacharacters, spaces, a leading ``-``) and commas (a CSV column each)."""
+    problem = hostname_problem(name) or ("contains a comma (the CSV's separator)" if "," in name else None)
+    if problem is not None:
+        raise InventoryError(
+            f"host {label(name)}: inventory host name {problem}; rename the host in the inventory (names such as"
+            " gpu-2) to monitor it"
+        )
+
 
 def bundle(include_pynvml: bool = True) -> bytes:
     """The sampler as one program for a remote ``python3 -``, with pynvml for hosts that have none."""
@@ -124,6 +147,7 @@ def monitor(
             f"--count {count} x --interval {interval:g} s is longer than train.monitor_max_seconds "
             f"({max_seconds:g} s); sample less often or fewer times"
         )
+    check_host_name(host.name)
     program = bundle()
     per_chunk = max(1, int(chunk_seconds // interval))
     if header:
@@ -134,11 +158,8 @@ def monitor(
     run: HostRun | None = None
     while remaining > 0:
         k = min(per_chunk, remaining)
-        argv = ["python3", "-I", "-", "--interval", f"{interval:g}", "--count", str(k), "--no-header",
-                "--host-label", host.name]
-        if align is not None:
-            argv += ["--align", f"{align:.6f}"]
-        run = run_one(host, " ".join(argv), program, connect_timeout, timeout=k * interval + 30)
+        command = remote_command(host.name, interval, k, align)
+        run = run_one(host, command, program, connect_timeout, timeout=k * interval + 30)
         chunks += 1
         got = parse_csv(run.stdout)
         for s in got:

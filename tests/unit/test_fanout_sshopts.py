@@ -124,3 +124,65 @@ def test_bad_args_fail_naming_the_host(common: str, message: str) -> None:
     with pytest.raises(InventoryError) as err:
         target(common)
     assert "host gpu-1" in str(err.value) and message in str(err.value)
+
+
+# Issue 20, item 1: names that reach a ProxyCommand (CVE-2023-51385).
+
+
+@pytest.mark.parametrize(
+    ("kw", "common", "variable"),
+    [
+        ({"host": "127.0.0.1$(touch pwned)"}, "", "ansible_host"),
+        ({"host": "-oProxyCommand=id"}, "", "ansible_host"),
+        ({"host": "gpu-1\nid"}, "", "ansible_host"),
+        ({"user": "root;id"}, "", "ansible_user"),
+        ({"user": "root\nid"}, "", "ansible_user"),
+        ({"user": "a -oProxyCommand=id"}, "", "ansible_user"),
+        ({}, "-l 'ops|id'", "-l / -o User"),
+        ({}, "-o HostName=`id`", "-o HostName"),
+        ({}, "-o HostName=%n$(id)", "-o HostName"),
+        ({}, "-J 'ops@bast;id'", "ProxyJump host"),
+        ({}, "-J 'o(ps@bastion'", "ProxyJump user"),
+    ],
+)
+def test_shell_metacharacters_in_names_are_refused(kw: dict[str, str], common: str, variable: str) -> None:
+    with pytest.raises(InventoryError) as err:
+        target(common + " -o ProxyCommand='true %h %r'", **kw)
+    message = str(err.value)
+    assert "\n" not in message and message.startswith("host gpu-1: ") and variable in message
+    assert "CVE-2023-51385" in message
+
+
+def test_host_var_names_the_variable() -> None:
+    with pytest.raises(InventoryError, match="inventory_hostname 'gpu;1'"):
+        target(host="gpu;1", host_var="inventory_hostname")
+
+
+@pytest.mark.parametrize(
+    ("kw", "common", "expected"),
+    [
+        # %h, %n: a name OpenSSH accepts but the shell would glob or expand (* ? [ ~ # ! %) is quoted.
+        ({"host": "gpu*"}, "-o ProxyCommand='nc %h %p'", "nc 'gpu*' 22"),
+        ({"host": "gpu-[1]"}, "-o ProxyCommand='nc %n %p'", "nc 'gpu-[1]' 22"),
+        ({"host": "~gpu#1"}, "-o ProxyCommand='nc %h %p'", "nc '~gpu#1' 22"),
+        # %r: OpenSSH accepts $ and \ and spaces in user names (DOMAIN\user, machine$): quoted.
+        ({"user": "DOM\\ops$x"}, "-o ProxyCommand='ssh -l %r -W %h:%p b'", "ssh -l 'DOM\\ops$x' -W 10.0.0.5:22 b"),
+        ({"user": "a b"}, "-o ProxyCommand='ssh -l %r b'", "ssh -l 'a b' b"),
+        # %k: HostKeyAlias is free text from the inventory.
+        ({}, "-o HostKeyAlias='x y' -o ProxyCommand='echo %k'", "echo 'x y'"),
+        # %p is digits; %% stays a percent sign; a plain name is unchanged (nothing to quote).
+        ({"port": 2222}, "-o ProxyCommand='nc %h %p %%'", "nc 10.0.0.5 2222 %"),
+        ({}, "-o HostName=%n.example -o ProxyCommand='nc %h %p'", "nc 10.0.0.5.example 22"),
+    ],
+)
+def test_every_proxycommand_token_is_quoted(kw: dict[str, object], common: str, expected: str) -> None:
+    assert target(common, **kw).options.proxy_command == expected
+
+
+def test_quoted_tokens_are_one_shell_word_each() -> None:
+    import shlex
+
+    t = target("-o ProxyCommand='cmd %h %r %k %u %d %l'", host="a*b", user="u$x y")
+    words = shlex.split(t.options.proxy_command or "")
+    _, home = local_user()
+    assert words[:4] == ["cmd", "a*b", "u$x y", "a*b"] and words[5] == str(home)
