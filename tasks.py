@@ -7,14 +7,20 @@ the defaults of every typed config section are registered here with ``ns.configu
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from invoke import Collection
 
-from commands import aks, aoai, audit, demo, driver, harden, k8s, kernel, lab, quota, train
+from commands import aks, aoai, audit, demo, driver, harden, k8s, kernel, lab, preflight, quota, train
 from remediation.aoai.settings import AoaiSettings
 from remediation.azure.settings import AzureSettings
 from remediation.config import AuditSettings, KernelUpdateSettings, RestoreSettings, defaults
 from remediation.k8s.settings import K8sSettings
 from remediation.train.settings import TrainSettings
+
+# Invoke loads the invoke.yaml beside this file right after importing it: a broken one is one line and exit 2 here,
+# not Invoke's traceback later
+preflight(Path(__file__).resolve().with_name("invoke.yaml"))
 
 ns = Collection(demo.demo, audit.diagnose)
 ns.add_collection(audit.ns)

@@ -9,6 +9,7 @@ else), the fleet flags and the fleet lookup. Heavy imports stay inside the tasks
 from __future__ import annotations
 
 import functools
+import os
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -37,22 +38,80 @@ def edge(func: F) -> F:
         from remediation.errors import RemediationError
 
         try:
-            return func(*args, **kwargs)
+            try:
+                return func(*args, **kwargs)
+            finally:
+                sys.stdout.flush()  # a reader that went away is seen here, not at interpreter exit
         except RemediationError as exc:
             print(f"error: {exc}", file=sys.stderr)
             raise Exit(code=exc.exit_code) from None
         except KeyboardInterrupt:
             print("interrupted", file=sys.stderr)
             raise Exit(code=130) from None
+        except BrokenPipeError:
+            quiet_stdout()
+            raise Exit(code=BROKEN_PIPE_EXIT) from None
 
     return wrapper  # type: ignore[return-value]
+
+
+#: Exit code of a task whose reader closed stdout early (``... | head``): 128 + SIGPIPE, as a shell reports a
+#: writer killed by the signal; quiet, no traceback.
+BROKEN_PIPE_EXIT = 141
+
+
+def quiet_stdout() -> None:
+    """Point stdout at /dev/null, so that nothing (Python's exit-time flush included) writes to a closed pipe."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+    except (OSError, ValueError):  # stdout without a file descriptor (captured): nothing to protect
+        pass
+
+
+def config_source(c: Any, name: str) -> str:
+    """The config file (or ``INVOKE_*`` variables) that set the ``name:`` section, for messages; highest level first."""
+    config = c.config
+    for level, label in (
+        ("runtime", None),
+        ("env", "INVOKE_* variables"),
+        ("project", None),
+        ("user", None),
+        ("system", None),
+    ):
+        data = getattr(config, f"_{level}", None)
+        if isinstance(data, dict) and name in data:
+            return label or str(getattr(config, f"_{level}_path", None) or "invoke.yaml")
+    return "invoke.yaml"
+
+
+def preflight(path: Path) -> None:
+    """Check the project's ``invoke.yaml`` before Invoke loads it (``tasks.py`` calls this when Invoke imports it).
+
+    Invoke reads the project's config file after it imports ``tasks.py`` and before any task runs, and a YAML syntax
+    error or a section of the wrong shape there ends in its traceback (exit 1, which means "findings" here). This
+    turns them into one line on stderr and exit 2.
+    """
+    from remediation.config import check_config_file
+    from remediation.errors import RemediationError
+
+    try:
+        check_config_file(path, SECTIONS)
+    except RemediationError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        raise SystemExit(exc.exit_code) from None
+
+
+#: The config sections that are mappings (Invoke merges them with the defaults ``tasks.py`` registers).
+SECTIONS = ("fleets", "audit", "driver_restore", "kernel_update", "lab", "k8s", "aoai", "azure", "train")
 
 
 def settings(c: Any, cls: type[Any], name: str) -> Any:
     """The ``name:`` config section as its typed settings class."""
     from remediation.config import load_section
 
-    return load_section(cls, c.config.get(name, {}), name)
+    return load_section(cls, c.config.get(name, {}), name, config_source(c, name))
 
 
 def fleet_hosts(c: Any, fleet: str, inventory: str | None, limit: str | None) -> tuple[list[Any], str, str]:
@@ -61,7 +120,7 @@ def fleet_hosts(c: Any, fleet: str, inventory: str | None, limit: str | None) ->
     from remediation.errors import InventoryError
     from remediation.inventory import load
 
-    fleets = fleets_from_mapping(c.config.get("fleets", {}))
+    fleets = fleets_from_mapping(c.config.get("fleets", {}), config_source(c, "fleets"))
     if fleet not in fleets and inventory is None:
         raise InventoryError(
             f"fleet {fleet!r} is not configured (fleets: {', '.join(fleets) or 'none'}); "
@@ -70,39 +129,49 @@ def fleet_hosts(c: Any, fleet: str, inventory: str | None, limit: str | None) ->
     spec = fleets.get(fleet)
     group = spec.group_name if spec is not None else fleet
     path = inventory or str(ROOT / (spec.inventory if spec is not None else "inventories/lab/hosts.yml"))
-    return load(path, group, limit), path, group
+    hosts = load(path, group, limit)
+    if not hosts:
+        after = f" (after --limit {limit})" if limit else ""
+        raise InventoryError(
+            f"no hosts in group {group} of inventory {path}{after}: add hosts to the group or choose another --fleet"
+        )
+    return hosts, path, group
 
 
 def audit_options(c: Any, concurrency: Any = None, timeout: Any = None) -> Any:
     """:class:`~remediation.audit.AuditOptions` from ``audit:``, with the flags that override it."""
     from remediation.audit import AuditOptions
-    from remediation.config import AuditSettings
-    from remediation.errors import UsageError
+    from remediation.config import AuditSettings, positive
 
     cfg = settings(c, AuditSettings, "audit")
-    try:
-        return AuditOptions(
-            concurrency=int(concurrency or cfg.concurrency),
-            connect_timeout=cfg.connect_timeout,
-            timeout=float(timeout or cfg.timeout),
-            nvml_timeout=cfg.nvml_timeout,
-            temp_alert_c=cfg.temp_alert_c,
-            memory_full_pct=cfg.memory_full_pct,
-            expected_driver_version=cfg.expected_driver_version,
-        )
-    except (TypeError, ValueError):
-        raise UsageError(
-            f"--concurrency {concurrency!r} / --timeout {timeout!r}: both take numbers"
-        ) from None
+    return AuditOptions(
+        concurrency=int(positive(cfg.concurrency if concurrency is None else concurrency, int, "--concurrency")),
+        connect_timeout=cfg.connect_timeout,
+        timeout=float(positive(cfg.timeout if timeout is None else timeout, float, "--timeout")),
+        nvml_timeout=cfg.nvml_timeout,
+        temp_alert_c=cfg.temp_alert_c,
+        memory_full_pct=cfg.memory_full_pct,
+        expected_driver_version=cfg.expected_driver_version,
+    )
 
 
-def read_input(file: str) -> tuple[str, str]:
-    """The text of ``file`` (``-`` for stdin) and a name for it in messages."""
-    from remediation.errors import ParseError
+def read_input(file: str | None, task: str = "diagnose") -> tuple[str, str]:
+    """The text of ``file`` (``-`` for stdin; empty or None: stdin when text is piped in) and a name for it.
 
+    Bytes are decoded as UTF-8 with stray bytes replaced (field text holds them), whatever the locale says: stdin is
+    read from its byte buffer, never through the locale's strict text layer.
+    """
+    from remediation.errors import ParseError, UsageError
+
+    if not file:
+        if sys.stdin is None or sys.stdin.isatty():
+            raise UsageError(f"no input: give a FILE, or pipe the text in (... | invoke {task} -)")
+        file = "-"
     if file == "-":
-        return sys.stdin.read(), "<stdin>"
+        stream = getattr(sys.stdin, "buffer", None)
+        data = stream.read() if stream is not None else sys.stdin.read().encode("utf-8", "replace")
+        return data.decode("utf-8", errors="replace"), "<stdin>"
     try:
-        return Path(file).read_text(errors="replace"), file
+        return Path(file).read_bytes().decode("utf-8", errors="replace"), file
     except OSError as exc:
         raise ParseError(f"cannot read {file}: {exc.strerror}; pass a readable file or - for stdin") from None

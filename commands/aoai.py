@@ -61,7 +61,7 @@ def diagnose(c, file=None, format="text", tpm_limit=None, deployment=None):  # t
     if format not in ("text", "json"):
         raise UsageError(f"--format {format!r} must be text or json")
     limit = None if tpm_limit is None else _number("--tpm-limit", tpm_limit)
-    text, source = read_input(file or "-")
+    text, source = read_input(file, "aoai.diagnose")
     result = analyse(text, _cfg(c), tpm_limit=limit, deployment=deployment, source=source)
     print(json.dumps(result.to_dict(), indent=2) if format == "json" else render_analysis(result), end="")
     if format == "json":

@@ -58,8 +58,8 @@ def audit(  # type: ignore[no-untyped-def]
     level = fail_on or cfg.fail_on
     if level not in ("warning", "critical"):
         raise UsageError(f"--fail-on {level!r} must be warning or critical")
+    options = audit_options(c, concurrency, timeout)  # every number checked before the inventory is read
     hosts, path, _group = fleet_hosts(c, fleet, inventory, limit)
-    options = audit_options(c, concurrency, timeout)
     with progress_bar(len(hosts), enabled=format == "table" and out is None) as tick:
         result = run_audit(hosts, options, fleet=fleet, inventory=path, progress=tick)
     text = render(
@@ -87,7 +87,7 @@ def audit(  # type: ignore[no-untyped-def]
     positional=["file"],
     help={
         "file": "file with the text to triage (nvidia-smi output, kernel log, apt history or unattended-upgrades log, "
-        "dkms output, ...); - or nothing for stdin",
+        "dkms output, ...); - for stdin",
         "format": "text | json",
         "kind": "force the kind instead of detecting it",
     },
@@ -103,7 +103,7 @@ def diagnose(c, file=None, format="text", kind=None):  # type: ignore[no-untyped
 
     if format not in ("text", "json"):
         raise ParseError(f"--format {format!r} must be text or json")
-    text, source = read_input(file or "-")
+    text, source = read_input(file)
     result = run(text, kind=kind, source=source)
     if format == "json":
         print(json.dumps(result.to_dict(), indent=2))

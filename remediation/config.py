@@ -14,23 +14,27 @@ ones; a value of the wrong type says which type). Each area keeps its own settin
 from __future__ import annotations
 
 import dataclasses
+import math
 import types
 import typing
-from collections.abc import Mapping
-from dataclasses import dataclass
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
 
 from remediation.errors import UsageError
 
 __all__ = [
+    "POSITIVE",
     "AuditSettings",
     "FleetSpec",
     "KernelUpdateSettings",
     "RestoreSettings",
+    "check_config_file",
     "defaults",
     "fleets_from_mapping",
     "load_section",
+    "positive",
 ]
 
 T = TypeVar("T")
@@ -81,22 +85,99 @@ def _coerce(value: Any, kind: Any, where: str) -> Any:
     return value
 
 
-def load_section(cls: type[T], data: Mapping[str, Any] | None, name: str) -> T:
+#: ``field(metadata=POSITIVE)``: :func:`load_section` refuses a value that is not a finite number above 0.
+POSITIVE: Mapping[str, Any] = types.MappingProxyType({"positive": True})
+
+
+def positive(value: Any, kind: type[int] | type[float], what: str) -> int | float:
+    """``value`` as a finite ``kind`` above 0, or :class:`UsageError` naming ``what`` (a flag or a setting)."""
+    try:
+        if isinstance(value, bool):
+            raise ValueError(value)
+        number = kind(value)
+    except (TypeError, ValueError, OverflowError):
+        raise UsageError(f"{what} {value!r}: give a number above 0") from None
+    if not math.isfinite(number) or number <= 0:
+        raise UsageError(f"{what} {value!r}: give a number above 0")
+    return number
+
+
+def _mapping(data: Any, where: str, source: str) -> dict[str, Any]:
+    """``data`` (a mapping, Invoke's config proxy, or nothing) as a dict; anything else is a wrong shape."""
+    if data is None:
+        return {}
+    if isinstance(data, Mapping):
+        return dict(data)
+    keys = getattr(data, "keys", None)
+    if callable(keys) and hasattr(data, "__getitem__") and not isinstance(data, str | bytes):  # Invoke's DataProxy
+        return {key: data[key] for key in keys()}
+    raise UsageError(f"setting {where} must be a mapping of settings (key: value), not {data!r} (in {source})")
+
+
+def load_section(cls: type[T], data: Mapping[str, Any] | None, name: str, source: str = "invoke.yaml") -> T:
     """The ``name:`` section of the config as ``cls`` (a dataclass); missing keys take the dataclass defaults.
 
-    Raises :class:`~remediation.errors.UsageError` naming ``name.key`` for an unknown key or a value of the wrong
-    type.
+    Raises :class:`~remediation.errors.UsageError` naming ``name.key`` and ``source`` (the config file that set the
+    section) for a section that is not a mapping, an unknown key, a value of the wrong type or, for a field marked
+    :data:`POSITIVE`, a number not above 0.
     """
-    data = dict(data or {})
+    data = _mapping(data, name, source)
     hints = typing.get_type_hints(cls)
     fields = {f.name: f for f in dataclasses.fields(cls)}  # type: ignore[arg-type]
     unknown = sorted(set(data) - set(fields))
     if unknown:
         raise UsageError(
-            f"unknown setting {name}.{unknown[0]} in invoke.yaml; known {name} settings: {', '.join(sorted(fields))}"
+            f"unknown setting {name}.{unknown[0]} in {source}; known {name} settings: {', '.join(sorted(fields))}"
         )
-    values = {key: _coerce(value, hints[key], f"setting {name}.{key}") for key, value in data.items()}
+    values = {}
+    for key, value in data.items():
+        where = f"setting {name}.{key}"
+        try:
+            values[key] = _coerce(value, hints[key], where)
+            if fields[key].metadata.get("positive"):
+                values[key] = positive(values[key], hints[key], where)
+        except UsageError as exc:
+            raise UsageError(f"{exc} (in {source})") from None
     return cls(**values)
+
+
+def check_config_file(path: Path, sections: Iterable[str] = ()) -> None:
+    """A config file Invoke is about to load: valid YAML, a mapping at the top, each of ``sections`` a mapping.
+
+    Raises :class:`UsageError` with one line naming the file, the place and the fix. A missing file is fine.
+    """
+    import yaml
+
+    try:
+        text = path.read_bytes().decode("utf-8")
+    except FileNotFoundError:
+        return
+    except OSError as exc:
+        raise UsageError(f"config file {path} cannot be read: {exc.strerror}") from None
+    except UnicodeDecodeError as exc:
+        raise UsageError(f"config file {path} is not UTF-8 text (byte {exc.start}); save it as UTF-8") from None
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        raise UsageError(f"config file {path} is not valid YAML ({_yaml_where(exc)}); fix its syntax") from None
+    if data is None:
+        return
+    if not isinstance(data, Mapping):
+        raise UsageError(f"config file {path} must be a mapping of sections (fleets:, audit:, ...), not {data!r:.60}")
+    for name in sections:
+        if name in data and not isinstance(data[name], Mapping):
+            raise UsageError(
+                f"setting {name} must be a mapping of settings (key: value), not {data[name]!r:.60} (in {path})"
+            )
+
+
+def _yaml_where(exc: Exception) -> str:
+    """``line L, column C: problem`` of a YAML error, on one line."""
+    mark = getattr(exc, "problem_mark", None)
+    problem = " ".join(str(getattr(exc, "problem", None) or exc).split())
+    if mark is None:
+        return problem
+    return f"line {mark.line + 1}, column {mark.column + 1}: {problem}"
 
 
 def defaults(cls: type[Any]) -> dict[str, Any]:
@@ -130,14 +211,15 @@ class FleetSpec:
         return self.group or self.name
 
 
-def fleets_from_mapping(data: Mapping[str, Any] | None) -> dict[str, FleetSpec]:
-    """``fleets:`` as ``{name: FleetSpec}``."""
+def fleets_from_mapping(data: Mapping[str, Any] | None, source: str = "invoke.yaml") -> dict[str, FleetSpec]:
+    """``fleets:`` as ``{name: FleetSpec}``; a wrong shape is a :class:`UsageError` naming the key and ``source``."""
     out: dict[str, FleetSpec] = {}
-    for name, spec in dict(data or {}).items():
-        if not isinstance(spec, Mapping):
-            raise UsageError(f"setting fleets.{name} must be a mapping with inventory: and group:")
-        fleet = load_section(FleetSpec, {"name": name, **spec}, f"fleets.{name}")
-        out[name] = fleet
+    for name, spec in _mapping(data, "fleets", source).items():
+        if spec is None:
+            raise UsageError(f"setting fleets.{name} must be a mapping with inventory: and group: (in {source})")
+        spec = _mapping(spec, f"fleets.{name}", source)
+        fleet = load_section(FleetSpec, {"name": str(name), **spec}, f"fleets.{name}", source)
+        out[str(name)] = fleet
     return out
 
 
@@ -145,10 +227,10 @@ def fleets_from_mapping(data: Mapping[str, Any] | None) -> dict[str, FleetSpec]:
 class AuditSettings:
     """``audit:``: the fan-out and the thresholds of the checks."""
 
-    concurrency: int = 32
-    connect_timeout: float = 10.0
-    timeout: float = 60.0  # seconds for the whole probe on one host
-    nvml_timeout: float = 10.0  # seconds for NVML inside the probe
+    concurrency: int = field(default=32, metadata=POSITIVE)
+    connect_timeout: float = field(default=10.0, metadata=POSITIVE)
+    timeout: float = field(default=60.0, metadata=POSITIVE)  # seconds for the whole probe on one host
+    nvml_timeout: float = field(default=10.0, metadata=POSITIVE)  # seconds for NVML inside the probe
     fail_on: str = "critical"
     unreachable_exit: int = 3
     temp_alert_c: int = 78

@@ -15,8 +15,14 @@ Use it as the transport of any ``httpx.Client``, or give that client to the Open
     client.chat.completions.create(model="gpt-4o", messages=[...], max_tokens=200)
 
 Every request to ``/openai/deployments/<any>/...`` is served by the pool of deployments (the name in the path is
-replaced by the chosen deployment's, the host by its endpoint, the ``api-key`` by its key when it has one); other
-requests pass through untouched. For each request:
+replaced by the chosen deployment's, the host by its endpoint); other requests pass through untouched.
+
+**Credentials are scoped per deployment.** A deployment's own ``api_key`` (or ``token_provider``, sent as
+``Authorization: Bearer``) is sent to that deployment only, and replaces whatever the caller sent. The caller's
+``api-key``, ``Authorization`` and ``Ocp-Apim-Subscription-Key`` headers (the SDK's key) are sent only to a
+deployment on the very host the caller addressed (same scheme, host and port) that has no credentials of its own;
+never to another host. Endpoints must be ``https://``; plain ``http://`` is refused unless the host is loopback
+(127.0.0.0/8, ``::1``, ``localhost``: the local stand-in). For each request:
 
 1. **Admission queue.** The charge Azure will count (prompt tokens + ``max_tokens``, :mod:`remediation.aoai.tokens`)
    is checked against each deployment's rolling-minute TPM and 10-second RPM/6 windows
@@ -43,6 +49,7 @@ Thread-safe: one transport serves any number of threads. Synchronous httpx only 
 
 from __future__ import annotations
 
+import ipaddress
 import json
 import math
 import random
@@ -51,7 +58,7 @@ import threading
 import time
 import uuid
 from collections import deque
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -80,12 +87,13 @@ class Deployment:
     weight: float = 1.0  # share of the load among deployments of the same priority
     region: str = ""
     api_key: str | None = field(default=None, repr=False)  # sent as api-key to this deployment only; never logged
+    # Microsoft Entra ID: called for each request to this deployment, sent as "Authorization: Bearer <token>"
+    token_provider: Callable[[], str] | None = field(default=None, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         if not self.name or "/" in self.name:
             raise UsageError(f"deployment name {self.name!r}: give the deployment's name as in Azure (no '/')")
-        if not self.endpoint.startswith(("https://", "http://")):
-            raise UsageError(f"deployment {self.name}: endpoint {self.endpoint!r} must be an http(s) URL")
+        _check_endpoint(self.name, self.endpoint)
         if self.tpm <= 0 or (self.rpm is not None and self.rpm <= 0) or self.weight <= 0:
             raise UsageError(f"deployment {self.name}: tpm, rpm and weight must be positive")
 
@@ -340,11 +348,17 @@ class AoaiTransport(httpx.BaseTransport):
         url = httpx.URL(f"{deployment.endpoint.rstrip('/')}/openai/deployments/{deployment.name}/{route.group('rest')}")
         url = url.copy_with(params=request.url.params)
         headers = httpx.Headers(request.headers)
-        for name in ("host", "content-length"):
+        # the caller's credentials were given for the host it addressed: they go there and nowhere else, and a
+        # deployment with its own credentials gets only those
+        own = deployment.api_key is not None or deployment.token_provider is not None
+        dropped = _CREDENTIALS if own or _origin(request.url) != _origin(url) else ()
+        for name in ("host", "content-length", *dropped):
             if name in headers:
                 del headers[name]
         if deployment.api_key is not None:
             headers["api-key"] = deployment.api_key
+        if deployment.token_provider is not None:
+            headers["authorization"] = f"Bearer {deployment.token_provider()}"
         return httpx.Request(request.method, url, headers=headers, content=body, extensions=request.extensions)
 
     def _answer(self, response: httpx.Response, state: _State, call: _Call) -> httpx.Response:
@@ -461,6 +475,40 @@ class AoaiTransport(httpx.BaseTransport):
         self.inner.close()
 
 
+#: Request headers that carry a credential: never sent to a host other than the one they were given for.
+_CREDENTIALS = ("api-key", "authorization", "ocp-apim-subscription-key", "cookie", "proxy-authorization")
+
+
+def _origin(url: httpx.URL) -> tuple[str, str, int | None]:
+    """Scheme, host and port (the scheme's default when not written): the unit a credential is scoped to."""
+    default = {"https": 443, "http": 80}.get(url.scheme)
+    return url.scheme, url.host.lower(), url.port or default
+
+
+def _loopback(host: str) -> bool:
+    if host.lower() == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def _check_endpoint(name: str, endpoint: str) -> None:
+    """``https://`` anywhere; plain ``http://`` only on loopback (a local stand-in), where no key crosses a network."""
+    try:
+        url = httpx.URL(endpoint)
+    except (httpx.InvalidURL, TypeError):
+        url = None
+    if url is None or url.scheme not in ("https", "http") or not url.host:
+        raise UsageError(f"deployment {name}: endpoint {endpoint!r} must be an https:// URL with a host")
+    if url.scheme == "http" and not _loopback(url.host):
+        raise UsageError(
+            f"deployment {name}: endpoint {endpoint!r} is plain http to a host that is not loopback (its key would "
+            "cross the network in clear text); use https:// (http is accepted only for 127.0.0.0/8, ::1, localhost)"
+        )
+
+
 def _int(value: Any) -> int | None:
     if isinstance(value, bool):
         return None
@@ -492,8 +540,9 @@ def azure_openai(
 ) -> Any:
     """An ``openai.AzureOpenAI`` client over the pool (needs the ``openai`` package: ``pip install .[aoai]``).
 
-    ``api_key`` is the default key (a deployment's own ``api_key`` replaces it for that deployment). Call it with
-    ``model=<any name>``: the pool chooses the deployment.
+    ``api_key`` is the key of the first deployment's endpoint: it is sent only to deployments at that same endpoint
+    (scheme, host and port) that have no credentials of their own; give every deployment elsewhere its own ``api_key``
+    or ``token_provider``. Call it with ``model=<any name>``: the pool chooses the deployment.
     """
     import openai
 

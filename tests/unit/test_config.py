@@ -2,9 +2,19 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
-from remediation.config import AuditSettings, RestoreSettings, defaults, fleets_from_mapping, load_section
+from remediation.config import (
+    AuditSettings,
+    RestoreSettings,
+    check_config_file,
+    defaults,
+    fleets_from_mapping,
+    load_section,
+    positive,
+)
 from remediation.errors import UsageError
 
 
@@ -49,3 +59,50 @@ def test_the_fault_help_lists_exactly_the_lab_faults() -> None:
     from lab.faults import LATENT, WORKLOADS
 
     assert tuple(FAULTS) == (*LAB_FAULTS, *WORKLOADS, *LATENT)
+
+
+@pytest.mark.parametrize("value", [5, "gpu", ["gpu"], True])
+def test_a_section_of_the_wrong_shape_names_the_key_and_the_file(value: object) -> None:
+    with pytest.raises(UsageError, match=r"setting audit must be a mapping .*\(in /etc/site\.yaml\)"):
+        load_section(AuditSettings, value, "audit", "/etc/site.yaml")  # type: ignore[arg-type]
+    with pytest.raises(UsageError, match=r"setting fleets must be a mapping .*\(in site\.yaml\)"):
+        fleets_from_mapping(value, "site.yaml")  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("key", ["concurrency", "timeout", "nvml_timeout", "connect_timeout"])
+@pytest.mark.parametrize("value", [0, -5, "0", "nan", "inf"])
+def test_audit_numbers_must_be_above_zero(key: str, value: object) -> None:
+    with pytest.raises(UsageError, match=rf"setting audit\.{key} .*(above 0|must be a number).* \(in invoke\.yaml\)"):
+        load_section(AuditSettings, {key: value}, "audit")
+
+
+def test_positive_takes_numbers_above_zero_only() -> None:
+    assert positive("2.5", float, "--timeout") == 2.5 and positive(3, int, "--concurrency") == 3
+    for bad in ("0", "-1", "x", None, True, "1e999", "2.5"):
+        with pytest.raises(UsageError, match=r"^--concurrency .*above 0$"):
+            positive(bad, int, "--concurrency")
+
+
+@pytest.mark.parametrize(
+    ("text", "needle"),
+    [
+        (b"a: [1\n", "not valid YAML (line 2, column 1"),
+        (b"- 1\n", "must be a mapping of sections"),
+        (b"audit: 5\n", "setting audit must be a mapping"),
+        (b"audit:\n", "setting audit must be a mapping"),
+        (b"audit:\n  x: \xff\n", "not UTF-8"),
+    ],
+)
+def test_check_config_file_refuses_what_invoke_cannot_load(text: bytes, needle: str, tmp_path: Path) -> None:
+    path = tmp_path / "invoke.yaml"
+    path.write_bytes(text)
+    with pytest.raises(UsageError) as err:
+        check_config_file(path, ("audit", "fleets"))
+    assert needle in str(err.value) and str(path) in str(err.value) and "\n" not in str(err.value)
+
+
+def test_check_config_file_accepts_the_projects_own_and_a_missing_one(tmp_path: Path) -> None:
+    from commands import ROOT, SECTIONS
+
+    check_config_file(ROOT / "invoke.yaml", SECTIONS)
+    check_config_file(tmp_path / "absent.yaml", SECTIONS)

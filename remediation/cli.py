@@ -1,0 +1,187 @@
+"""``gpufleet``: the project's tasks under an :class:`invoke.Program` that owns every edge Invoke itself does not.
+
+``gpufleet TASK ...`` runs exactly what ``invoke TASK ...`` runs (the same ``tasks.py``, found the same way from the
+working directory, the same config files), and adds, before and around the task:
+
+- a config file Invoke cannot load (YAML syntax, a section of the wrong shape, in the project's, the user's, the
+  system's or the ``-f`` runtime file): one line on stderr, exit 2, instead of Invoke's traceback (exit 1, which the
+  tasks use for "findings");
+- Invoke's own parse errors (unknown flag, missing flag value, missing positional): one line, exit 2;
+- a task whose positional ``file`` is not given while text is piped in reads stdin, as if ``-`` were given; with a
+  terminal on stdin it is one line and exit 2 ("give a FILE or pipe the text in");
+- a reader that closes stdout early (``gpufleet --list | head``): quiet, exit 141.
+
+Plain ``invoke`` keeps working; the tasks' own edge (:func:`commands.edge`) already covers errors inside a task.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import Any
+
+import yaml
+from invoke import Exit, ParseError, Program
+from invoke.config import AmbiguousMergeError, UnknownFileType
+from invoke.vendor import yaml as invoke_yaml
+
+__all__ = ["FleetProgram", "main", "program"]
+
+BROKEN_PIPE_EXIT = 141  # as commands.BROKEN_PIPE_EXIT: 128 + SIGPIPE
+#: Positional arguments that mean "stdin" when text is piped in and they are not given.
+STDIN_POSITIONALS = frozenset({"file"})
+
+
+def _one_line(text: object) -> str:
+    return " ".join(str(text).split())
+
+
+def _config_error(exc: Exception) -> str:
+    mark = getattr(exc, "problem_mark", None)
+    if mark is not None:
+        where = f"line {mark.line + 1}, column {mark.column + 1}: {_one_line(getattr(exc, 'problem', '') or exc)}"
+        return f"config file {mark.name} is not valid YAML ({where}); fix its syntax"
+    if isinstance(exc, AmbiguousMergeError):
+        return (
+            f"a config file gives a section the wrong shape ({_one_line(exc)[:200]}); "
+            "each section (audit:, fleets:, ...) is a mapping of key: value"
+        )
+    return f"a config file cannot be loaded: {_one_line(exc)[:300]}"
+
+
+#: Config files Invoke cannot load: YAML errors of PyYAML and of the copy Invoke vendors (which reads config files).
+_LOAD_ERRORS: tuple[type[Exception], ...] = (
+    yaml.YAMLError,
+    getattr(invoke_yaml, "YAMLError", yaml.YAMLError),
+    UnknownFileType,
+    UnicodeDecodeError,
+)
+
+
+def _shape_error(config: Any) -> str | None:
+    """The config level that sets a section to a non-mapping where a lower level has a mapping, with its file."""
+    mappings: set[str] = set()
+    for level in ("defaults", "collection", "system", "user", "project", "env", "runtime"):
+        data = getattr(config, f"_{level}", None)
+        if not isinstance(data, dict):
+            continue
+        source = "INVOKE_* variables" if level == "env" else str(getattr(config, f"_{level}_path", None) or level)
+        for key, value in data.items():
+            if isinstance(value, dict):
+                mappings.add(key)
+            elif key in mappings:
+                return f"setting {key} must be a mapping of settings (key: value), not {value!r:.60} (in {source})"
+    return None
+
+
+@contextmanager
+def _edge(config: Any = None) -> Iterator[None]:
+    """Invoke's and the config loader's errors as ``Exit(message, code=2)``; Program prints the message."""
+    try:
+        yield
+    except ParseError as exc:
+        raise Exit(f"error: {_one_line(exc)}; see gpufleet --help or gpufleet TASK --help", code=2) from None
+    except AmbiguousMergeError as exc:
+        raise Exit(f"error: {_shape_error(config) or _config_error(exc)}", code=2) from None
+    except _LOAD_ERRORS as exc:
+        raise Exit(f"error: {_config_error(exc)}", code=2) from None
+
+
+class FleetProgram(Program):
+    """:class:`invoke.Program` with the edges above; everything else is Invoke's."""
+
+    def run(self, argv: Any = None, exit: bool = True) -> None:
+        try:
+            try:
+                super().run(argv, exit)
+            finally:
+                sys.stdout.flush()
+        except BrokenPipeError:
+            _quiet_stdout()
+            sys.exit(BROKEN_PIPE_EXIT)
+
+    def create_config(self) -> None:
+        with _edge():
+            super().create_config()
+
+    def parse_core(self, argv: Any) -> None:
+        with _edge():
+            super().parse_core(argv)
+
+    def parse_collection(self) -> None:
+        with _edge(self.config):
+            super().parse_collection()
+
+    def parse_tasks(self) -> None:
+        with _edge():
+            try:
+                super().parse_tasks()
+            except ParseError as exc:
+                if not self._stdin_for_missing_file(exc):
+                    raise
+                super().parse_tasks()
+
+    def parse_cleanup(self) -> None:
+        with _edge():
+            super().parse_cleanup()
+
+    def update_config(self, merge: bool = True) -> None:
+        with _edge(self.config):
+            super().update_config(merge)
+
+    def execute(self) -> None:
+        with _edge(self.config):
+            super().execute()
+
+    def _stdin_for_missing_file(self, exc: ParseError) -> bool:
+        """A task missing only its ``file`` while text is piped in: give it ``-`` and parse again (True)."""
+        context = getattr(exc, "context", None)
+        missing = {a.name for a in getattr(context, "missing_positional_args", None) or ()}
+        if context is None or not missing or not missing <= STDIN_POSITIONALS:
+            return False
+        if sys.stdin is None or sys.stdin.isatty():
+            pipe = f"... | {self.name} {context.name} -"
+            raise Exit(f"error: {context.name}: no input: give a FILE, or pipe the text in ({pipe})", code=2)
+        names = {context.name, *context.aliases}
+        unparsed = self.core.unparsed
+        at = next((i for i, token in enumerate(unparsed) if token in names), None)
+        if at is None:
+            return False
+        tasks = self._task_names()
+        end = next((j for j in range(at + 1, len(unparsed)) if unparsed[j] in tasks), len(unparsed))
+        unparsed.insert(end, "-")
+        return True
+
+    def _task_names(self) -> set[str]:
+        names: set[str] = set()
+        for context in self.collection.to_contexts():
+            names.add(str(context.name))
+            names.update(context.aliases)
+        return names
+
+
+def _quiet_stdout() -> None:
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+    except (OSError, ValueError):
+        pass
+
+
+def _version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("gpu-fleet-remediation")
+    except PackageNotFoundError:
+        return "0"
+
+
+program = FleetProgram(name="gpufleet", binary="gpufleet", binary_names=["gpufleet"], version=_version())
+main: Callable[[], None] = program.run
+
+if __name__ == "__main__":
+    main()
