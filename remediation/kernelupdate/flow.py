@@ -31,7 +31,7 @@ from remediation.restore.flow import (
     rolling_outcome,
 )
 from remediation.restore.journal import Journal, journal_from_dict
-from remediation.restore.lock import DEFAULT_TTL_S, HostLeases, LockInfo, fleet_lock, host_leases
+from remediation.restore.lock import DEFAULT_TTL_S, HostLeases, LockInfo, check_ttl, fleet_lock, host_leases
 from remediation.restore.rules import MODULE_SOURCES
 from remediation.runner import HostState, PlaybookResult, run_playbook
 
@@ -87,6 +87,8 @@ class KernelUpdateOptions:
             )
         if self.kernel is not None and not self.kernel.strip():
             raise KernelUpdateError("--kernel is empty: pass a release such as 6.5.0-1025-azure, or leave it out")
+        if (bad := check_ttl(self.lock_ttl_s, "kernel_update.lock_ttl_s")) is not None:
+            raise KernelUpdateError(bad)
         return self
 
 

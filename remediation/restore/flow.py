@@ -33,7 +33,7 @@ from remediation.runner import HostState, PlaybookResult
 
 from .errors import RestoreError
 from .journal import JOURNAL_PATH, Journal, journal_from_dict
-from .lock import DEFAULT_TTL_S, HostLeases, LockInfo, fleet_lock, host_leases
+from .lock import DEFAULT_TTL_S, HostLeases, LockInfo, check_ttl, fleet_lock, host_leases
 from .methods import RestoreMethod, method_for
 from .rules import CORDON_MARKER, MODULE_SOURCES, Action, Decision, Prefer
 
@@ -80,6 +80,8 @@ class RestoreOptions:
             raise RestoreError(f"--reboot-timeout {self.reboot_timeout} must be a positive number of seconds")
         if self.playbook_timeout < 0:
             raise RestoreError(f"driver_restore.playbook_timeout {self.playbook_timeout} must be 0 or more seconds")
+        if (bad := check_ttl(self.lock_ttl_s, "driver_restore.lock_ttl_s")) is not None:
+            raise RestoreError(bad)
         Prefer(self.prefer)
         if self.module_source not in MODULE_SOURCES:
             raise RestoreError(
