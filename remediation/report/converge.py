@@ -66,4 +66,5 @@ def print_harden_result(console: Console, result: HardenResult) -> None:
         console.print(f"left alone: {h.host}: {h.blocked}", markup=False)
     if result.stopped in (None, "nothing to do"):
         bad = result.not_converged
-        console.print("converged: every host hardened" if not bad else Text(f"not converged: {', '.join(bad)}", style="red"))
+        console.print(Text("converged: every host hardened") if not bad
+                      else Text(f"not converged: {', '.join(bad)}", style="red"))
