@@ -1,6 +1,6 @@
 """This audit against the previous one: which findings are new, resolved, persisting, or unknown.
 
-:func:`remediation.audit.save` keeps every run as ``audit-<fleet>-<YYYYmmddTHHMMSSffffff>Z.json`` (schema
+:func:`save` keeps every run as ``audit-<fleet>-<YYYYmmddTHHMMSSffffff>Z.json`` (schema
 ``gpufleet.audit/1``, see :mod:`remediation.report.json_report`); :func:`load_previous` reads the newest one of a
 fleet and :func:`compare` sets it against the current :class:`~remediation.audit.AuditResult`.
 

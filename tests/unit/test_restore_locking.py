@@ -114,3 +114,21 @@ def test_the_flows_refuse_a_bad_lock_ttl_too() -> None:
         RestoreOptions(lock_ttl_s=0).validate()
     with pytest.raises(KernelUpdateError, match="lock_ttl_s"):
         KernelUpdateOptions(lock_ttl_s=-1).validate()
+
+
+@pytest.mark.parametrize(("task", "section"),
+                         [("driver-restore", "DRIVER_RESTORE"), ("kernel-update", "KERNEL_UPDATE")])
+def test_the_cli_refuses_a_zero_lock_ttl_with_one_line_and_exit_2(task: str, section: str) -> None:
+    """The real CLI: the setting is refused at config load, before any host is looked at."""
+    import subprocess
+    import sys
+
+    root = Path(__file__).resolve().parents[2]
+    r = subprocess.run(
+        [sys.executable, "-m", "invoke", task, "--check"],
+        capture_output=True, text=True, cwd=root, timeout=120, check=False,
+        env={**os.environ, f"INVOKE_{section}_LOCK_TTL_S": "0"},
+    )
+    assert r.returncode == 2, r.stdout + r.stderr
+    assert r.stderr.strip().count("\n") == 0, r.stderr
+    assert f"setting {section.lower()}.lock_ttl_s 0.0 must be at least 30 seconds" in r.stderr
