@@ -166,3 +166,33 @@ def test_a_host_that_could_not_be_leased_is_never_changed(fleet: Any, tmp_path: 
         assert _dpkg(fleet, host) == dpkg and fleet.boot_id(host) == boot
     finally:
         fleet.clear(host)
+
+
+def test_a_running_kernel_update_journal_blocks_the_kernel_update_too(fleet: Any, tmp_path: Path) -> None:
+    from remediation.kernelupdate.flow import JOURNAL_PATH as KERNEL_JOURNAL
+    from remediation.kernelupdate.flow import KernelStatus, KernelUpdateOptions, kernel_update
+
+    host = "gpu-1"
+    inv = fleet.cfg.inventory_path
+    doc = {"schema": JOURNAL_SCHEMA, "run_id": "20261204T000000Z-dead02", "host": host, "action": "kernel-update",
+           "started_at": "2026-12-04T00:00:00Z", "changes": [], "undone": [], "status": "running"}
+    path = fleet.host_path(host, KERNEL_JOURNAL)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(doc) + "\n")
+    try:
+        kernel, dpkg = fleet.boot_id(host), _dpkg(fleet, host)
+        result = kernel_update(load(inv, "gpu", host), inv, AUDIT, KernelUpdateOptions(
+            allow_reboot=True, reboot_timeout=30, state_dir=tmp_path))
+        o = result.outcome(host)
+        assert o.status is KernelStatus.LEFT_ALONE and o.plan.action == "update", o
+        assert KERNEL_JOURNAL in o.detail and "gpu_kernel_update_operation=undo" in o.detail
+        play = subprocess.run(
+            [str(ROOT / ".venv/bin/ansible-playbook"), "-i", str(inv), "playbooks/kernel_update.yml", "--limit",
+             host, "-e", "gpu_kernel_update_allow_reboot=true"],
+            capture_output=True, text=True, cwd=ROOT, timeout=600, check=False,
+        )
+        assert play.returncode != 0 and "still 'running'" in play.stdout, play.stdout[-3000:]
+        assert fleet.boot_id(host) == kernel and _dpkg(fleet, host) == dpkg
+        assert json.loads(path.read_text()) == doc  # kept, not overwritten
+    finally:
+        fleet.clear(host)
