@@ -94,3 +94,15 @@ def test_any_bracket_text_never_breaks_the_screens(text: str) -> None:
     print_kernel_plan(console, _kernel_result(text).plan)
     print_kernel_result(console, _kernel_result(text))
     assert text.strip() in buf.getvalue()
+
+
+@pytest.mark.parametrize("text", HOSTILE)
+@pytest.mark.parametrize("outcome", ["check", "succeeded"])
+def test_azure_quota_request_text_prints_literally(text: str, outcome: str) -> None:
+    from remediation.azure.quota import QuotaRequestResult
+    from remediation.azure.report import print_request
+
+    console, buf = _console()
+    print_request(console, QuotaRequestResult("sub", "eastus", "standardNDSv2Family", 8, 24, 96, outcome,
+                                              message=text, limit_after=96))
+    assert text in buf.getvalue()
