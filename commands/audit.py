@@ -45,7 +45,7 @@ def audit(  # type: ignore[no-untyped-def]
     """
     from rich.console import Console
 
-    from remediation.audit import run_audit, save
+    from remediation.audit import run_audit
     from remediation.config import AuditSettings
     from remediation.errors import UsageError
     from remediation.findings import Severity
@@ -73,13 +73,14 @@ def audit(  # type: ignore[no-untyped-def]
             sys.stdout.write(text if text.endswith("\n") else text + "\n")
     if history:
         from remediation.history import compare, load_previous, render_comparison
+        from remediation.history import save as save_history
 
         directory = ROOT / cfg.history_dir
         comparison = compare(load_previous(directory, fleet), result)
         # stdout holds a document that must parse as a whole: the comparison goes beside it, on stderr
         document_on_stdout = out is None and format != "table"
         render_comparison(comparison, Console(stderr=True, highlight=False) if document_on_stdout else console)
-        save(result, directory)
+        save_history(result, directory)
     raise Exit(code=result.exit_code(Severity(level), cfg.unreachable_exit))
 
 

@@ -139,7 +139,7 @@ def driver_restore(  # type: ignore[no-untyped-def]
         out = Path(report) if report else options.state_dir / f"driver-restore-{fleet}-{result.run_id}.md"
         out.parent.mkdir(parents=True, exist_ok=True)
         out.write_text(text)
-        console.print(f"incident report: {out}")
+        console.print(f"incident report: {out}", markup=False)
     raise Exit(code=result.exit_code)
 
 

@@ -123,7 +123,7 @@ def kernel_update(  # type: ignore[no-untyped-def]
         out = Path(report) if report else options.state_dir / f"kernel-update-{fleet}-{result.run_id}.md"
         out.parent.mkdir(parents=True, exist_ok=True)
         out.write_text(render_kernel_report(result))
-        console.print(f"incident report: {out}")
+        console.print(f"incident report: {out}", markup=False)
     raise Exit(code=result.exit_code)
 
 

@@ -254,6 +254,9 @@ class RestoreSettings:
     playbook_timeout: int = 0  # seconds one batch's playbook may run; 0: reboot_timeout + 1200
     module_source: str = "auto"  # auto (signed under Secure Boot, else DKMS) | dkms | signed
 
+    def __post_init__(self) -> None:
+        _check_lock_ttl(self.lock_ttl_s, "driver_restore")
+
 
 @dataclass(frozen=True)
 class KernelUpdateSettings:
@@ -267,3 +270,14 @@ class KernelUpdateSettings:
     state_dir: str = ""  # default: audit.history_dir
     lock_ttl_s: float = 6 * 3600.0
     playbook_timeout: int = 0  # seconds one batch's playbook may run; 0: 2 x reboot_timeout + 1200
+
+    def __post_init__(self) -> None:
+        _check_lock_ttl(self.lock_ttl_s, "kernel_update")
+
+
+def _check_lock_ttl(ttl_s: float, section: str) -> None:
+    """The lock/lease TTL of ``section`` must be sane (>= 30 s): refused at config load with one line."""
+    from remediation.restore.lock import check_ttl
+
+    if (bad := check_ttl(ttl_s, f"setting {section}.lock_ttl_s")) is not None:
+        raise UsageError(f"{bad}; fix it in invoke.yaml")

@@ -1,6 +1,6 @@
 """This audit against the previous one: which findings are new, resolved, persisting, or unknown.
 
-:func:`remediation.audit.save` keeps every run as ``audit-<fleet>-<YYYYmmddTHHMMSSffffff>Z.json`` (schema
+:func:`save` keeps every run as ``audit-<fleet>-<YYYYmmddTHHMMSSffffff>Z.json`` (schema
 ``gpufleet.audit/1``, see :mod:`remediation.report.json_report`); :func:`load_previous` reads the newest one of a
 fleet and :func:`compare` sets it against the current :class:`~remediation.audit.AuditResult`.
 
@@ -23,8 +23,11 @@ from __future__ import annotations
 import dataclasses
 import datetime as _dt
 import json
+import os
 import re
-from collections.abc import Iterable, Mapping
+import sys
+import tempfile
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -46,6 +49,7 @@ __all__ = [
     "finding_key",
     "load_previous",
     "render_comparison",
+    "save",
 ]
 
 SCHEMA_PREFIX = "gpufleet.audit/"
@@ -119,12 +123,23 @@ def _started(doc: Mapping[str, Any]) -> _dt.datetime | None:
     return stamp if stamp.tzinfo else stamp.replace(tzinfo=_dt.UTC)
 
 
-def load_previous(directory: Path, fleet: str, *, before: _dt.datetime | None = None) -> dict[str, Any] | None:
-    """The newest saved audit of ``fleet`` in ``directory`` (optionally: started before ``before``), or None.
+def _warn_stderr(message: str) -> None:
+    print(message, file=sys.stderr)
+
+
+def load_previous(
+    directory: Path,
+    fleet: str,
+    *,
+    before: _dt.datetime | None = None,
+    warn: Callable[[str], None] | None = None,
+) -> dict[str, Any] | None:
+    """The newest readable saved audit of ``fleet`` in ``directory`` (optionally: started before ``before``), or None.
 
     Only files named exactly ``audit-<fleet>-<stamp>.json`` count (fleet ``gpu`` does not pick up
-    ``audit-gpu-a100-…``). Raises :class:`HistoryError` naming the file when the newest one is unreadable or not a
-    ``gpufleet.audit/1`` document: a broken history is reported, not silently skipped.
+    ``audit-gpu-a100-…``). A file that is unreadable, not a ``gpufleet.audit/1`` document of this fleet, or has a
+    finding that cannot be read is skipped with one warning line naming it (``warn``, default: stderr), so one
+    corrupt file never stops the audit nor the saving of the next run.
     """
     if not directory.is_dir():
         return None
@@ -133,15 +148,45 @@ def load_previous(directory: Path, fleet: str, *, before: _dt.datetime | None = 
         reverse=True,
     )
     for _stamp, path in candidates:
-        doc = _read(path)
-        if doc.get("fleet") not in (None, fleet):
-            raise HistoryError(f"saved audit {path}: fleet {doc.get('fleet')!r}, expected {fleet!r}")
+        try:
+            doc = _read(path)
+            if doc.get("fleet") not in (None, fleet):
+                raise HistoryError(f"saved audit {path}: fleet {doc.get('fleet')!r}, expected {fleet!r}")
+            _previous_findings(doc)  # every finding must be readable for compare()
+        except HistoryError as exc:
+            why = str(exc) if str(path) in str(exc) else f"saved audit {path}: {exc}"
+            (warn or _warn_stderr)(f"warning: {why}; skipped (move the file aside to silence this)")
+            continue
         if before is not None:
             started = _started(doc)
             if started is not None and started >= before:
                 continue
         return doc
     return None
+
+
+def save(result: AuditResult, directory: Path) -> Path:
+    """Keep this run for the next one's comparison: a unique temporary file, fsynced, renamed into place, then the
+    directory fsynced, so a crash or a concurrent audit never leaves half a history file."""
+    directory.mkdir(parents=True, exist_ok=True)
+    stamp = result.started_at.strftime("%Y%m%dT%H%M%S%fZ")
+    path = directory / f"audit-{result.fleet}-{stamp}.json"
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=directory)
+    try:
+        with os.fdopen(fd, "w") as fh:
+            fh.write(json.dumps(result.to_dict(), indent=1, default=str))
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    dir_fd = os.open(directory, os.O_RDONLY)
+    try:
+        os.fsync(dir_fd)
+    finally:
+        os.close(dir_fd)
+    return path
 
 
 @dataclass(frozen=True)

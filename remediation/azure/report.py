@@ -21,6 +21,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from remediation.findings import Finding
@@ -71,10 +72,10 @@ def print_quota(console: Console, report: UsageReport) -> None:
         table.add_column(col, justify="right" if col in ("used", "limit", "% used") else "left")
     for u in report.rows:
         flag = f"[red]>= {report.threshold_pct:g} %[/red]" if u.at_or_over(report.threshold_pct) else ""
-        table.add_row(u.name, u.localized, str(u.current), str(u.limit), _pct(u), flag)
+        table.add_row(escape(u.name), escape(u.localized), str(u.current), str(u.limit), _pct(u), flag)
     console.print(table)
     for f in _findings(report):
-        console.print(f"[yellow]{f.id}[/yellow] {f.summary}: {f.remedy}", markup=True, highlight=False)
+        console.print(f"[yellow]{f.id}[/yellow] {escape(f.summary)}: {escape(f.remedy)}", markup=True, highlight=False)
     if not report.flagged:
         console.print(f"no quota at or above {report.threshold_pct:g} %")
 
@@ -126,7 +127,7 @@ def print_plan(console: Console, p: QuotaPlan) -> None:
         f"{p.nodes} more {p.size.name} ({p.gpus} x {p.size.gpu_model}"
         + (f", {p.size.gpu_share} of a GPU each" if p.size.gpu_share != 1 else "")
         + f") = {p.vcpus} vCPUs of {p.size.family} in {p.location or '(from file)'}",
-        highlight=False,
+        highlight=False, markup=False,
     )
     table = Table()
     for col in ("quota", "used", "limit", "+ needed", "new total", "verdict"):
@@ -134,7 +135,8 @@ def print_plan(console: Console, p: QuotaPlan) -> None:
     needs = [p.family] + ([p.regional] if p.regional is not None else [])
     for n in needs:
         verdict = "fits" if n.fits else f"[red]request limit {n.new_total}[/red]"
-        table.add_row(n.usage.name, str(n.usage.current), str(n.usage.limit), str(n.needed), str(n.new_total), verdict)
+        table.add_row(escape(n.usage.name), str(n.usage.current), str(n.usage.limit), str(n.needed), str(n.new_total),
+                      verdict)
     console.print(table)
     if p.fits:
         console.print("fits: no quota request needed")
@@ -164,14 +166,15 @@ def plan_json(p: QuotaPlan) -> str:
 def print_request(console: Console, r: QuotaRequestResult) -> None:
     head = f"{r.family} in {r.location}: {r.current} vCPUs used, limit {r.limit_before}"
     if r.outcome == "sufficient":
-        console.print(f"{head}: already sufficient for {r.requested}; nothing requested", highlight=False)
+        console.print(f"{head}: already sufficient for {r.requested}; nothing requested", highlight=False, markup=False)
     elif r.outcome in ("check", "declined"):
-        console.print(f"{head}: would request a new total of {r.requested} ({r.message})", highlight=False)
+        console.print(f"{head}: would request a new total of {r.requested} ({r.message})", highlight=False,
+                      markup=False)
         console.print("PUT body: " + json.dumps(r.body), highlight=False, markup=False)
     else:
         after = f"; limit now {r.limit_after}" if r.limit_after is not None else ""
         console.print(f"{head}: request for {r.requested} {r.outcome}{after} ({r.message}; quota request"
-                      f" {r.request_id or '?'}, {r.polls} poll(s))", highlight=False)
+                      f" {r.request_id or '?'}, {r.polls} poll(s))", highlight=False, markup=False)
 
 
 def request_json(r: QuotaRequestResult) -> str:
@@ -192,14 +195,15 @@ def print_pools(console: Console, r: PoolsReport) -> None:
             flags.append("[red]at maxCount[/red]")
         if p.is_gpu:
             flags.append("GPU" + ("" if p.gpu_tainted else " [yellow]no sku=gpu taint[/yellow]"))
-        table.add_row(p.name, p.vm_size, str(p.count), str(p.min_count if p.min_count is not None else "-"),
+        table.add_row(escape(p.name), escape(p.vm_size), str(p.count),
+                      str(p.min_count if p.min_count is not None else "-"),
                       str(p.max_count if p.max_count is not None else "-"), "on" if p.autoscaling else "off",
-                      ", ".join(p.taints) or "-", p.power_state, " ".join(flags))
+                      escape(", ".join(p.taints) or "-"), escape(p.power_state), " ".join(flags))
     console.print(table)
     for h in r.headroom:
         verdict = "fits" if h.fits else "[red]short[/red]"
-        console.print(f"quota {h.usage.name}: {h.usage.current}/{h.usage.limit} used; growing"
-                      f" {', '.join(h.pools)} to maxCount needs {h.needed} more -> {h.new_total}: {verdict}",
+        console.print(f"quota {escape(h.usage.name)}: {h.usage.current}/{h.usage.limit} used; growing"
+                      f" {escape(', '.join(h.pools))} to maxCount needs {h.needed} more -> {h.new_total}: {verdict}",
                       highlight=False)
     for f in r.findings:
         console.print(f"{f.id} [{f.severity.value}] {f.summary}", highlight=False, markup=False)

@@ -94,10 +94,11 @@ def _hosts(inventory: str | Path, names: Sequence[str]) -> dict[str, Host]:
 
 
 def _write_journal(host: Host, journal: Mapping[str, Any]) -> str | None:
-    """Write the journal on the host (atomically); None when written, else why not."""
+    """Write the journal on the host (temp file, fsynced, renamed, directory fsynced); None when written, else why."""
     text = json.dumps(dict(journal), indent=2, sort_keys=True) + "\n"
     directory = JOURNAL_PATH.rsplit("/", 1)[0]
-    cmd = f"mkdir -p {directory} && cat > {JOURNAL_PATH}.tmp && mv {JOURNAL_PATH}.tmp {JOURNAL_PATH}"
+    cmd = (f"mkdir -p {directory} && cat > {JOURNAL_PATH}.tmp && sync {JOURNAL_PATH}.tmp"
+           f" && mv {JOURNAL_PATH}.tmp {JOURNAL_PATH} && sync {directory}")
     run = fan_out([host], cmd, stdin=text.encode(), concurrency=1, timeout=30).runs[host.name]
     if run.status is Status.OK and run.exit_code == 0:
         return None

@@ -13,7 +13,7 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from enum import StrEnum
 from pathlib import Path
 from typing import Any
@@ -23,15 +23,17 @@ from remediation.errors import RunnerError
 from remediation.fanout import Status, fan_out
 from remediation.inventory import Host
 from remediation.restore.flow import (
+    UNLEASED,
     _Applied,
     _apply_failure,
     _cordon_markers,
+    journal_blocks,
     new_run_id,
     rolling_exit_code,
     rolling_outcome,
 )
 from remediation.restore.journal import Journal, journal_from_dict
-from remediation.restore.lock import DEFAULT_TTL_S, HostLeases, LockInfo, fleet_lock, host_leases
+from remediation.restore.lock import DEFAULT_TTL_S, HostLeases, LockInfo, check_ttl, fleet_lock, host_leases
 from remediation.restore.rules import MODULE_SOURCES
 from remediation.runner import HostState, PlaybookResult, run_playbook
 
@@ -87,6 +89,8 @@ class KernelUpdateOptions:
             )
         if self.kernel is not None and not self.kernel.strip():
             raise KernelUpdateError("--kernel is empty: pass a release such as 6.5.0-1025-azure, or leave it out")
+        if (bad := check_ttl(self.lock_ttl_s, "kernel_update.lock_ttl_s")) is not None:
+            raise KernelUpdateError(bad)
         return self
 
 
@@ -166,8 +170,9 @@ def _offers(
 
 def plan_fleet(
     before: AuditResult, hosts: Sequence[Host], options: KernelUpdateOptions, audit_options: AuditOptions,
-    cordon: Mapping[str, str | None],
+    cordon: Mapping[str, str | None], journals: Mapping[str, str] | None = None,
 ) -> tuple[KernelPlan, ...]:
+    """Every host's plan; ``journals`` (host -> why its unfinished journal blocks it) leaves such hosts alone."""
     offers = _offers(before, hosts, audit_options)
     plans = []
     for audit in before.hosts:
@@ -177,7 +182,8 @@ def plan_fleet(
             module_source=options.module_source, force=options.force, cordon_marker=cordon.get(audit.host),
             not_probed=not_probed,
         ))
-    return tuple(plans)
+    blocks = journals or {}
+    return tuple(replace(p, blocked=blocks[p.host]) if p.changes_host and p.host in blocks else p for p in plans)
 
 
 def _settings(options: KernelUpdateOptions, run_id: str) -> dict[str, Any]:
@@ -260,8 +266,11 @@ def kernel_update(
     t0 = time.monotonic()
     run_id = new_run_id()
     before = run_audit(hosts, audit_options, fleet=fleet, inventory=str(inventory))
-    cordon = _cordon_markers([h for h in hosts if before.host(h.name).probed], audit_options)
-    plan = plan_fleet(before, hosts, options, audit_options, cordon)
+    probed = [h for h in hosts if before.host(h.name).probed]
+    cordon = _cordon_markers(probed, audit_options)
+    blocks = journal_blocks(probed, audit_options, inventory, path=JOURNAL_PATH, playbook=PLAYBOOK,
+                            role="gpu_kernel_update")
+    plan = plan_fleet(before, hosts, options, audit_options, cordon, blocks)
     if show_plan is not None:
         show_plan(plan)
     to_change = [p for p in plan if p.changes_host]
@@ -303,7 +312,11 @@ def kernel_update(
             concurrency=audit_options.concurrency,
         ) as leases,
     ):
-        batches = [to_change[i : i + options.batch] for i in range(0, len(to_change), options.batch)]
+        for p in to_change:
+            if p.host in leases.unreachable:
+                results[p.host] = KernelOutcome(p.host, p, KernelStatus.LEFT_ALONE, where="not leased", detail=UNLEASED)
+        leased = [p for p in to_change if p.host not in leases.unreachable]
+        batches = [leased[i : i + options.batch] for i in range(0, len(leased), options.batch)]
         for batch in batches:
             names = [p.host for p in batch]
             if stopped is not None:

@@ -5,7 +5,9 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
+from rich.text import Text
 
 if TYPE_CHECKING:
     from remediation.harden import HardenPlan, HardenResult
@@ -18,27 +20,27 @@ def print_harden_plan(console: Console, plan: HardenPlan, preview: PlaybookResul
         table.add_column(col)
     for h in plan.hosts:
         if h.blocked:
-            action = f"[red]left alone: {h.blocked}[/red]"
+            action = f"[red]left alone: {escape(h.blocked)}[/red]"
         elif h.roles:
             action = "[yellow]change[/yellow]"
         else:
             action = "[green]compliant, not touched[/green]"
-        table.add_row(h.host, action, ", ".join(h.findings) or "-", ", ".join(h.roles) or "-")
+        table.add_row(Text(h.host), action, Text(", ".join(h.findings) or "-"), Text(", ".join(h.roles) or "-"))
     console.print(table)
     if preview is None:
         return
     for host in plan.to_change:
         outcome = preview.hosts.get(host)
-        console.rule(f"{host}: changes (check mode)")
+        console.rule(Text(f"{host}: changes (check mode)"))
         if outcome is None:
             console.print("  no result from Ansible for this host")
             continue
         for failure in outcome.failures:
-            console.print(f"  [red]would fail:[/red] {failure}", markup=True)
+            console.print(f"  [red]would fail:[/red] {escape(failure)}", markup=True)
         for change in outcome.changes:
             if not change.changed:
                 continue
-            console.print(f"  [bold]{change.task}[/bold]")
+            console.print(Text(f"  {change.task}", style="bold"))
             for chunk in change.diff:
                 console.print(chunk.rstrip("\n"), markup=False, highlight=False)
 
@@ -54,7 +56,8 @@ def print_harden_result(console: Console, result: HardenResult) -> None:
         a = result.applied
         console.print(
             f"applied: changed {', '.join(a.changed_hosts) or 'none'}; failed {', '.join(a.failed_hosts) or 'none'};"
-            f" unreachable {', '.join(a.unreachable_hosts) or 'none'}"
+            f" unreachable {', '.join(a.unreachable_hosts) or 'none'}",
+            markup=False,
         )
         for host in a.failed_hosts + a.unreachable_hosts:
             for failure in a.hosts[host].failures:
@@ -63,4 +66,5 @@ def print_harden_result(console: Console, result: HardenResult) -> None:
         console.print(f"left alone: {h.host}: {h.blocked}", markup=False)
     if result.stopped in (None, "nothing to do"):
         bad = result.not_converged
-        console.print("converged: every host hardened" if not bad else f"[red]not converged: {', '.join(bad)}[/red]")
+        console.print(Text("converged: every host hardened") if not bad
+                      else Text(f"not converged: {', '.join(bad)}", style="red"))

@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING
 
 from rich.console import Console
 from rich.table import Table
+from rich.text import Text
 
 from remediation.report.markdown import code, fence, inline
 
@@ -40,10 +41,8 @@ def print_kernel_plan(console: Console, plans: tuple[KernelPlan, ...]) -> None:
         table.add_column(col)
     for p in plans:
         move = f"{p.booted_kernel or '?'} -> {p.target_kernel}" if p.target_kernel else (p.booted_kernel or "?")
-        what = "\n".join(plan_lines(p))
-        if p.blocked:
-            what = f"[red]{what}[/red]"
-        table.add_row(p.host, p.flavour or "?", _sb(p.secure_boot), move, what)
+        what = Text("\n".join(plan_lines(p)), style="red" if p.blocked else "")  # host text: never markup
+        table.add_row(Text(p.host), Text(p.flavour or "?"), _sb(p.secure_boot), Text(move), what)
     console.print(table)
 
 
@@ -77,11 +76,11 @@ def print_kernel_result(console: Console, result: KernelUpdateResult) -> None:
             detail += " | undone: " + "; ".join(o.undone)
         if o.undo_error:
             detail += " | " + o.undo_error
-        table.add_row(o.host, o.status.value, _state(result.before.host(o.host)), _state(_after(result, o.host)),
-                      detail)
+        table.add_row(Text(o.host), o.status.value, Text(_state(result.before.host(o.host))),
+                      Text(_state(_after(result, o.host))), Text(detail))  # host text: never markup
     console.print(table)
     if result.stopped and result.stopped not in ("dry-run", "declined", "nothing to do"):
-        console.print(f"[red]{result.stopped}[/red]", markup=True)
+        console.print(Text(result.stopped, style="red"))
     console.print("moved" if result.exit_code == 0 else "[red]not every host moved: see the table[/red]")
 
 

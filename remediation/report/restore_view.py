@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING
 
 from rich.console import Console
 from rich.table import Table
+from rich.text import Text
 
 from remediation import catalog
 from remediation.checks.history import last_change_of, who
@@ -41,7 +42,7 @@ def print_restore_plan(console: Console, plan: tuple[Decision, ...]) -> None:
             action = d.action.value
             why = d.reason
         ids = ", ".join(i for i in d.findings if i.startswith(("GPU-DRV", "GPU-HW", "GPU-APT"))) or "-"
-        table.add_row(d.host, action, ids, why)
+        table.add_row(Text(d.host), action, Text(ids), Text(why))  # host text: never markup
     console.print(table)
 
 
@@ -70,10 +71,11 @@ def print_restore_result(console: Console, result: RestoreResult) -> None:
             detail += " | undone: " + "; ".join(o.undone)
         if o.undo_error:
             detail += " | " + o.undo_error
-        table.add_row(o.host, o.status.value, _nvml(result.before.host(o.host)), _nvml(after), detail)
+        table.add_row(Text(o.host), o.status.value, Text(_nvml(result.before.host(o.host))), Text(_nvml(after)),
+                      Text(detail))  # host text: never markup
     console.print(table)
     if result.stopped and result.stopped not in ("dry-run", "declined", "nothing to do"):
-        console.print(f"[red]{result.stopped}[/red]", markup=True)
+        console.print(Text(result.stopped, style="red"))
     for line in _lease_lines(result):
         console.print(line, markup=False)
     console.print("restored" if result.exit_code == 0 else "[red]not restored: see the table[/red]")

@@ -19,8 +19,8 @@ import datetime as _dt
 import json
 import time
 import uuid
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
 from enum import StrEnum
 from pathlib import Path
 from typing import Any, Protocol, TypeVar
@@ -32,13 +32,13 @@ from remediation.inventory import Host
 from remediation.runner import HostState, PlaybookResult
 
 from .errors import RestoreError
-from .journal import JOURNAL_PATH, Journal, journal_from_dict
-from .lock import DEFAULT_TTL_S, HostLeases, LockInfo, fleet_lock, host_leases
+from .journal import JOURNAL_PATH, Journal, journal_from_dict, unfinished_journal
+from .lock import DEFAULT_TTL_S, HostLeases, LockInfo, check_ttl, fleet_lock, host_leases
 from .methods import RestoreMethod, method_for
 from .rules import CORDON_MARKER, MODULE_SOURCES, Action, Decision, Prefer
 
 __all__ = ["HostOutcome", "HostStatus", "RestoreHooks", "RestoreOptions", "RestoreResult", "driver_restore",
-           "plan_restore", "undo_run"]
+           "journal_blocks", "plan_restore", "undo_run"]
 
 
 class HostStatus(StrEnum):
@@ -80,6 +80,8 @@ class RestoreOptions:
             raise RestoreError(f"--reboot-timeout {self.reboot_timeout} must be a positive number of seconds")
         if self.playbook_timeout < 0:
             raise RestoreError(f"driver_restore.playbook_timeout {self.playbook_timeout} must be 0 or more seconds")
+        if (bad := check_ttl(self.lock_ttl_s, "driver_restore.lock_ttl_s")) is not None:
+            raise RestoreError(bad)
         Prefer(self.prefer)
         if self.module_source not in MODULE_SOURCES:
             raise RestoreError(
@@ -195,10 +197,32 @@ def read_journals(hosts: Sequence[Host], options: AuditOptions) -> dict[str, Jou
     return out
 
 
+def journal_blocks(
+    hosts: Sequence[Host], options: AuditOptions, inventory: str | Path, *, path: str = JOURNAL_PATH,
+    playbook: str = "playbooks/driver_restore.yml", role: str = "nvidia_driver_restore",
+) -> dict[str, str]:
+    """host -> why its journal at ``path`` blocks a new change (a run not finished, or whose undo failed)."""
+    runs = fan_out(hosts, f"cat {path} 2>/dev/null || true", concurrency=options.concurrency,
+                   connect_timeout=options.connect_timeout, timeout=30)
+    out: dict[str, str] = {}
+    for name, run in runs.runs.items():
+        if run.status is not Status.OK:
+            continue  # not reachable now: the role refuses it there if it comes back with such a journal
+        why = unfinished_journal(run.stdout, path=path, host=name, inventory=str(inventory), playbook=playbook,
+                                 operation_var=f"{role}_operation", run_id_var=f"{role}_run_id")
+        if why is not None:
+            out[name] = why
+    return out
+
+
 def plan_restore(
-    before: AuditResult, hosts: Sequence[Host], options: RestoreOptions, cordon: dict[str, str | None]
+    before: AuditResult, hosts: Sequence[Host], options: RestoreOptions, cordon: dict[str, str | None],
+    journals: Mapping[str, str] | None = None,
 ) -> tuple[tuple[Decision, ...], dict[str, RestoreMethod]]:
-    """The decisions for every host and the method of each host that changes (raises before any change)."""
+    """The decisions for every host and the method of each host that changes (raises before any change).
+
+    ``journals``: host -> why an unfinished journal there blocks it (:func:`journal_blocks`); such a host is left
+    alone, before any batch, with that line."""
     decisions: list[Decision] = []
     methods: dict[str, RestoreMethod] = {}
     by_name = {h.name: h for h in hosts}
@@ -217,9 +241,16 @@ def plan_restore(
                 module_source=options.module_source,
             )
             decision = method.guard(decision, allow_reboot=options.allow_reboot)
+        if decision.changes_host and audit.host in (journals or {}):
+            decision = replace(decision, blocked=(journals or {})[audit.host])
+        if decision.changes_host:
             methods[audit.host] = method
         decisions.append(decision)
     return tuple(decisions), methods
+
+
+UNLEASED = ("not changed by this run: unreachable when the run took its leases, so nothing kept another run off it;"
+            " run again once it answers")
 
 
 def _status_without_change(d: Decision) -> HostStatus:
@@ -329,8 +360,9 @@ def driver_restore(
     t0 = time.monotonic()
     run_id = new_run_id()
     before = run_audit(hosts, audit_options, fleet=fleet, inventory=str(inventory))
-    cordon = _cordon_markers([h for h in hosts if before.host(h.name).probed], audit_options)
-    plan, methods = plan_restore(before, hosts, options, cordon)
+    probed = [h for h in hosts if before.host(h.name).probed]
+    cordon = _cordon_markers(probed, audit_options)
+    plan, methods = plan_restore(before, hosts, options, cordon, journal_blocks(probed, audit_options, inventory))
     if show_plan is not None:
         show_plan(plan)
     to_change = [d for d in plan if d.changes_host]
@@ -371,7 +403,11 @@ def driver_restore(
             concurrency=audit_options.concurrency,
         ) as leases,
     ):
-        batches = [to_change[i : i + options.batch] for i in range(0, len(to_change), options.batch)]
+        for d in to_change:
+            if d.host in leases.unreachable:
+                results[d.host] = HostOutcome(d.host, d, HostStatus.LEFT_ALONE, where="not leased", detail=UNLEASED)
+        leased = [d for d in to_change if d.host not in leases.unreachable]
+        batches = [leased[i : i + options.batch] for i in range(0, len(leased), options.batch)]
         for batch in batches:
             names = [d.host for d in batch]
             if stopped is not None:

@@ -24,14 +24,21 @@ its ``gpufleet_restore_undo_steps`` filter); the Python flow renders them in the
 
 from __future__ import annotations
 
+import json
+import shlex
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["JOURNAL_PATH", "JOURNAL_SCHEMA", "Change", "Journal", "UndoStep", "journal_from_dict", "undo_steps"]
+__all__ = ["FINISHED", "JOURNAL_PATH", "JOURNAL_SCHEMA", "Change", "Journal", "UndoStep", "journal_from_dict",
+           "undo_steps", "unfinished_journal"]
 
 JOURNAL_PATH = "/var/lib/gpufleet/driver-restore/journal.json"
 JOURNAL_SCHEMA = "gpufleet.restore-journal/1"
+# The states a journal ends in (the roles' "Mark the journal finished" / "Mark the journal undone"): driver restore
+# applied | reboot-required, kernel update applied | staged, both undone. Anything else (running: the run was cut
+# short or its undo failed) keeps the host from a new change until the journal is undone, so it is never overwritten.
+FINISHED = frozenset({"applied", "reboot-required", "staged", "undone"})
 KINDS = ("packages_installed", "holds_added", "holds_released", "grub_default", "module_built", "module_removed",
          "kernel_default", "azure_extension")
 
@@ -205,3 +212,26 @@ def undo_steps_from_dicts(
 ) -> list[dict[str, Any]]:
     """:func:`undo_steps` over plain data, for the role's filter."""
     return [s.to_dict() for s in undo_steps(journal_from_dict(journal), installed, held, grub_lines, present_paths)]
+
+
+def unfinished_journal(text: str, *, path: str, host: str, inventory: str, playbook: str, operation_var: str,
+                       run_id_var: str) -> str | None:
+    """Why the journal ``text`` read from ``host`` blocks a new change there (one line naming the journal and the
+    undo command), or None when there is none or it is finished (:data:`FINISHED`)."""
+    if not text.strip():
+        return None
+    try:
+        doc = json.loads(text)
+    except ValueError:
+        doc = None
+    if not isinstance(doc, dict):
+        return (f"the journal {path} on {host} is unreadable: a run may have left changes there; read it, undo by "
+                "hand what it lists, move it aside, then run again")
+    status = str(doc.get("status", "running"))
+    if status in FINISHED:
+        return None
+    run_id, status = str(doc.get("run_id") or "?")[:100], status[:40]
+    undo = (f"ansible-playbook -i {shlex.quote(inventory)} {playbook} --limit {shlex.quote(host)} "
+            f"-e {operation_var}=undo -e {run_id_var}={shlex.quote(run_id)}")
+    return (f"the journal {path} of run {run_id!r} is still {status!r} (that run did not finish, or its undo "
+            f"failed); nothing was changed: undo it with `{undo}`, then run again")

@@ -1,11 +1,12 @@
 """One driver restore per fleet at a time, whichever controller runs it: a local lock and leases on the hosts.
 
 The local lock: ``<state dir>/locks/driver-restore-<fleet>.lock`` holds JSON: pid, controller host name, user,
-start time, the hosts asked for. It is created with ``O_CREAT | O_EXCL`` (atomic on a local file system). A lock is
-*stale* when its pid is dead on this controller, or when it is older than the TTL (a crashed run). A stale lock is
-taken over atomically: the new holder's lock is written to a temporary file and hard-linked into place only if the
-stale file is still the one that was judged stale (it is first renamed aside under a unique name; a rename that
-finds another holder's fresh lock puts it back), so two takers can never both win.
+start time, the hosts asked for. A lock is *stale* when its pid is dead on this controller, or when it is older than
+the TTL (a crashed run). Taking, taking over and releasing the lock are each one step under an exclusive ``flock`` of
+``<lock>.guard``, a file that is never renamed or removed: "is it free or stale? then it is mine" reads the holder,
+judges it and writes the new one while no other taker can look, so two runs can never both believe they hold it.
+The content is written to a temporary file, fsynced and renamed over the lock, so a reader never sees half a
+holder.
 
 The host leases (:func:`host_leases`): the local lock cannot see a second controller or a second clone, so every
 reachable host of the fleet also carries a lease (``/var/lib/gpufleet/restore.lease``, see
@@ -18,14 +19,15 @@ every batch and released at the end, whatever happened.
 from __future__ import annotations
 
 import base64
-import contextlib
 import datetime as _dt
+import fcntl
 import getpass
 import json
 import os
 import shlex
 import socket
-import uuid
+import tempfile
+import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -39,8 +41,10 @@ if TYPE_CHECKING:
 
 __all__ = [
     "DEFAULT_TTL_S",
+    "MIN_TTL_S",
     "HostLeases",
     "LockInfo",
+    "check_ttl",
     "fleet_lock",
     "host_leases",
     "lock_path",
@@ -138,25 +142,56 @@ def stale_reason(
     return None
 
 
-def _set_aside_if(path: Path, judged: LockInfo) -> bool:
-    """Remove the lock at ``path`` only if it is still the one judged stale; True when this call removed it.
+GUARD_WAIT_S = 30.0
+MIN_TTL_S = 30.0
 
-    The file is renamed to a unique name first (only one of several takers can rename a given file); if what was
-    renamed is not the stale holder (someone took over in between and wrote a fresh lock), it is linked back.
-    """
-    aside = path.with_name(f".{path.name}.stale.{uuid.uuid4().hex}")
+
+def check_ttl(ttl_s: float, setting: str) -> str | None:
+    """Why ``ttl_s`` is not a usable lock/lease TTL (None when it is): below 30 s a live run's lock is "stale"."""
+    if not ttl_s >= MIN_TTL_S:  # also NaN
+        return (f"{setting} {ttl_s!r} must be at least {MIN_TTL_S:.0f} seconds (the default is "
+                f"{DEFAULT_TTL_S:.0f}): a shorter TTL lets a second run take over a live run's lock and leases")
+    return None
+
+
+@contextmanager
+def _guarded(path: Path) -> Iterator[None]:
+    """Hold the exclusive ``flock`` of ``<path>.guard`` (created once, never renamed) for one read-judge-write."""
+    guard = os.open(path.with_name(path.name + ".guard"), os.O_RDWR | os.O_CREAT, 0o644)
     try:
-        os.rename(path, aside)
-    except FileNotFoundError:
-        return False
-    try:
-        if read_lock(aside) == judged:
-            return True
-        with contextlib.suppress(FileExistsError):
-            os.link(aside, path)  # a fresh holder's lock: put it back
-        return False
+        deadline = time.monotonic() + GUARD_WAIT_S
+        while True:
+            try:
+                fcntl.flock(guard, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                if time.monotonic() >= deadline:
+                    raise RestoreError(
+                        f"could not take the restore lock {path}: its guard stayed busy for {GUARD_WAIT_S:.0f} s"
+                    ) from None
+                time.sleep(0.01)
+        yield
     finally:
-        aside.unlink(missing_ok=True)
+        os.close(guard)  # releases the flock
+
+
+def _write_lock(path: Path, info: LockInfo) -> None:
+    """``info`` into ``path``: a temporary file, fsynced, renamed over it, then the directory fsynced."""
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w") as fh:
+            fh.write(json.dumps(info.to_dict()))
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    dir_fd = os.open(path.parent, os.O_RDONLY)
+    try:
+        os.fsync(dir_fd)
+    finally:
+        os.close(dir_fd)
 
 
 @contextmanager
@@ -169,6 +204,8 @@ def fleet_lock(
     on_stale: Callable[[LockInfo, str], None] | None = None,
 ) -> Iterator[LockInfo]:
     """Hold the fleet's restore lock for the ``with`` block; ``LockHeldError`` naming the holder otherwise."""
+    if (bad := check_ttl(ttl_s, "lock_ttl_s")) is not None:
+        raise RestoreError(bad)
     path = lock_path(state_dir, fleet)
     path.parent.mkdir(parents=True, exist_ok=True)
     me = LockInfo(
@@ -179,36 +216,26 @@ def fleet_lock(
         fleet=fleet,
         hosts=tuple(hosts),
     )
-    mine = path.with_name(f".{path.name}.{uuid.uuid4().hex}")
-    mine.write_text(json.dumps(me.to_dict()))
-    try:
-        for _attempt in range(5):
-            try:
-                os.link(mine, path)  # atomic: fails when a lock is there
-                break
-            except FileExistsError:
-                pass
-            holder = read_lock(path)
-            if holder is None:
-                continue  # released between our two calls
+    stale: tuple[LockInfo, str] | None = None
+    with _guarded(path):
+        holder = read_lock(path)
+        if holder is not None:
             why = stale_reason(holder, now=me.started_at, ttl_s=ttl_s, this_host=me.host)
             if why is None:
                 raise LockHeldError(
                     f"another driver restore holds fleet {fleet!r}: {holder.describe()} (lock {path}); wait for it,"
                     " or remove the lock file if that run is gone"
-                ) from None
-            if _set_aside_if(path, holder) and on_stale is not None:
-                on_stale(holder, why)
-        else:
-            raise RestoreError(f"could not take the restore lock {path}: it keeps reappearing")
-    finally:
-        mine.unlink(missing_ok=True)
+                )
+            stale = (holder, why)
+        _write_lock(path, me)
+    if stale is not None and on_stale is not None:
+        on_stale(*stale)
     try:
         yield me
     finally:
-        current = read_lock(path)
-        if current is not None and current.pid == me.pid and current.started_at == me.started_at:
-            path.unlink(missing_ok=True)
+        with _guarded(path):
+            if read_lock(path) == me:
+                path.unlink(missing_ok=True)
 
 
 # --- leases on the hosts ------------------------------------------------------------------------------------------
