@@ -111,8 +111,12 @@ def analyse(
 ) -> Analysis:
     """Read ``text`` (request records, response logs or a metrics export) and diagnose it.
 
-    Raises :class:`~remediation.errors.AoaiError` naming ``source`` when nothing in it is a request or a metric.
+    Raises :class:`~remediation.errors.AoaiError` naming ``source`` when nothing in it is a request or a metric, or
+    when it is over the input cap (:func:`remediation.parsers.check_size`).
     """
+    from remediation.parsers import check_size
+
+    check_size(text, source, AoaiError)
     limit = settings.tpm_limit if tpm_limit is None else tpm_limit
     stripped = text.strip()
     if not stripped:
