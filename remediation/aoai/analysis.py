@@ -125,7 +125,7 @@ def analyse(
     if stripped.startswith("{") and "\n{" not in stripped:
         try:
             document = json.loads(stripped)
-        except ValueError:
+        except (ValueError, RecursionError):  # RecursionError: nested too deep ("[[[[..."), no document either
             document = None
     if isinstance(document, Mapping) and isinstance(document.get("value"), list):
         return _metrics(document, settings, limit, deployment, source)
@@ -146,7 +146,7 @@ def _requests(
             continue
         try:
             entry = json.loads(line)
-        except ValueError:
+        except (ValueError, RecursionError):
             skipped += 1
             continue
         if not isinstance(entry, dict):

@@ -130,7 +130,7 @@ class LatencyDiagnosis:
 # --- metrics ---------------------------------------------------------------------------------------------------
 
 _METRIC = re.compile(r"^(?P<name>container_cpu_cfs_(?:throttled_)?periods_total)\{(?P<labels>[^}]*)\}\s+(?P<v>\S+)")
-_LABEL = re.compile(r'(\w+)="((?:[^"\\]|\\.)*)"')
+_LABEL = re.compile(r'(?<!\w)(\w+)="((?:[^"\\]|\\.)*)"')
 
 
 def cpu_throttling(metrics: str) -> dict[str, float]:

@@ -138,14 +138,14 @@ _KERNEL_MARKERS = (
     (re.compile(r"modprobe: FATAL: Module nvidia", re.I), 2, 2),
     (re.compile(r"insert (?:module )?'?nvidia\S*'?: (?:Key was rejected by service|Required key not available)"), 4, 2),
     (re.compile(r"Lockdown: \S+: unsigned module loading is restricted"), 4, 2),
-    (re.compile(r"^\s*\[\s*[0-9]+\.[0-9]+\]", re.M), 1, 5),
+    (re.compile(r"^[ \t]*\[ *[0-9]+\.[0-9]+\]", re.M), 1, 5),
 )
 _APT_MARKERS = (
-    (re.compile(r"^\s*Start-Date:\s*[0-9]{4}-", re.M), 10, 3),
-    (re.compile(r"^\s*Commandline:", re.M), 5, 3),
-    (re.compile(r"^\s*End-Date:", re.M), 3, 3),
-    (re.compile(r"^\s*Requested-By:", re.M), 3, 3),
-    (re.compile(r"^\s*(?:Install|Upgrade|Remove|Purge|Downgrade|Reinstall):\s*\S+ \(", re.M), 3, 5),
+    (re.compile(r"^[ \t]*Start-Date:[ \t]*[0-9]{4}-", re.M), 10, 3),
+    (re.compile(r"^[ \t]*Commandline:", re.M), 5, 3),
+    (re.compile(r"^[ \t]*End-Date:", re.M), 3, 3),
+    (re.compile(r"^[ \t]*Requested-By:", re.M), 3, 3),
+    (re.compile(r"^[ \t]*(?:Install|Upgrade|Remove|Purge|Downgrade|Reinstall):[ \t]*\S+ \(", re.M), 3, 5),
 )
 _DKMS_MARKERS = (
     (re.compile(r"^[$#~ ]*dkms status", _M), 6, 1),
