@@ -136,6 +136,7 @@ def diagnose_pending(  # type: ignore[no-untyped-def]
         cluster=cluster,
         resource_group=resource_group,
         location=location,
+        source=events or "--events",
     )
     if format == "json":
         print(pending_json(result))
@@ -184,6 +185,8 @@ def diagnose_latency(c, snapshot, facts=None, logs=None, metrics=None, format="t
         slow_load_s=cfg.slow_load_s,
         cpu_throttle_ratio=cfg.cpu_throttle_ratio,
         temp_alert_c=cfg.gpu_temp_alert_c,
+        logs_source=logs or str(root / "logs"),
+        metrics_source=str(metrics_path),
     )
     if format == "json":
         print(latency_json(result))

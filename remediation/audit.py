@@ -140,14 +140,26 @@ def policy_for(hosts: Sequence[Host], options: AuditOptions) -> Policy:
     )
 
 
+#: What a corrupt probe document can raise on its way to facts: the loader's own ProbeError, json's ValueError (bad
+#: JSON, an int too long), RecursionError (nesting too deep), and, as a last guard, the errors of a wrong type the
+#: loader did not foresee. Any of them makes that one host's output unusable, never the run's crash.
+_UNUSABLE = (ProbeError, ValueError, RecursionError, TypeError, KeyError, AttributeError, IndexError, OverflowError)
+_REASON_CHARS = 300
+
+
 def parse_run(run: HostRun) -> tuple[HostFacts | None, str | None]:
+    """One host's probe run -> (facts, None), or (None, why not): never raises for what the host sent."""
     if run.status is not Status.OK:
         detail = run.error or (run.stderr.strip().splitlines() or [f"exit {run.exit_code}"])[-1]
         return None, detail
     try:
         return facts_from_dict(json.loads(run.stdout), host=run.host), None
-    except (ValueError, ProbeError) as exc:
-        return None, f"probe output unusable: {exc}"
+    except _UNUSABLE as exc:
+        reason = str(exc) if isinstance(exc, ProbeError | ValueError) else f"{type(exc).__name__}: {exc}"
+        reason = " ".join(reason.split())
+        if len(reason) > _REASON_CHARS:
+            reason = reason[: _REASON_CHARS - 3] + "..."
+        return None, f"probe output unusable: {reason}"
 
 
 def run_audit(
@@ -169,6 +181,15 @@ def run_audit(
         timeout=options.timeout,
         progress=progress,
     )
+    return AuditResult(fleet, inventory, started, time.monotonic() - t0, audit_runs(hosts, result, options))
+
+
+def audit_runs(hosts: Sequence[Host], result: FanoutResult, options: AuditOptions) -> tuple[HostAudit, ...]:
+    """The probe runs of ``hosts`` -> one :class:`HostAudit` each: facts, the fleet checks' findings, or the error.
+
+    A host whose output cannot be read is ``failed`` with its reason; the other hosts are audited as if it were
+    not there.
+    """
     facts: dict[str, HostFacts] = {}
     errors: dict[str, str | None] = {}
     statuses: dict[str, Status] = {}
@@ -179,7 +200,7 @@ def run_audit(
         if parsed is not None:
             facts[name] = parsed
     findings = run_fleet_checks(facts, policy_for(hosts, options))
-    audits = tuple(
+    return tuple(
         HostAudit(
             host=h.name,
             status=statuses[h.name],
@@ -191,7 +212,6 @@ def run_audit(
         )
         for h in hosts
     )
-    return AuditResult(fleet, inventory, started, time.monotonic() - t0, audits)
 
 
 def save(result: AuditResult, directory: Path) -> Path:

@@ -4,6 +4,8 @@
 
     {"kind": str, "facts": {...}, "findings": [{"id", "scenario", "severity", "summary", "evidence", "remedy"}]}
 
+- Text over the input cap (:func:`remediation.parsers.check_size`, 8 MiB) raises :class:`~remediation.errors.ParseError`
+  naming the input, its size, the cap and the fix.
 - Empty (or whitespace-only) text raises :class:`~remediation.errors.ParseError` naming the input.
 - Text of no known kind is not an error: the result has kind ``"unknown"``, empty facts and no findings, so a
   batch of files can be triaged without one odd file stopping it. An explicit ``kind`` that is not registered is a
@@ -32,7 +34,7 @@ from remediation.checks import evaluate
 from remediation.checks import evidence as ev_mod
 from remediation.errors import ParseError
 from remediation.findings import Finding, Severity
-from remediation.parsers import KINDS, UNKNOWN, detect_kind, kinds
+from remediation.parsers import KINDS, UNKNOWN, check_size, detect_kind, kinds
 from remediation.parsers import apt_history as apt_mod
 from remediation.parsers import dkms as dkms_mod
 from remediation.parsers import kernel_log as klog_mod
@@ -68,6 +70,7 @@ def diagnose(text: str, kind: str | None = None, source: str = "<text>") -> Diag
 
     ``source`` names the input in error messages (a file name, ``<stdin>``).
     """
+    check_size(text, source)
     if not text or not text.strip():
         raise ParseError(f"{source}: nothing to diagnose: the input is empty")
     if kind is None:

@@ -12,6 +12,7 @@ See docs/facts-schema.md for every field.
 from __future__ import annotations
 
 import datetime as _dt
+import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -408,6 +409,25 @@ class HostFacts:
 
 # --- parsing --------------------------------------------------------------------------------------------------
 
+#: Integers beyond this are no counter, size or index a probe reports: a corrupt document, refused as a field error
+#: (so a check's arithmetic never meets a number float() cannot hold).
+_INT_LIMIT = 2**63
+_SHOWN = 80  # characters of a bad value quoted in an error
+
+
+def _shown(value: Any) -> str:
+    """A short repr of an untrusted value for an error message (never raises, never floods the report)."""
+    try:
+        text = repr(value)
+    except ValueError:  # an int too long to print
+        return f"<{type(value).__name__}>"
+    return text if len(text) <= _SHOWN else text[: _SHOWN - 3] + "..."
+
+
+def _plain(value: Any) -> str:
+    """``str(value)`` for a scalar of the document, bounded (huge ints and nested values never raise)."""
+    return value if isinstance(value, str) else _shown(value)
+
 
 class _Reader:
     """Typed access to one section of one host's document; errors name the host and the field."""
@@ -420,7 +440,7 @@ class _Reader:
         self.data: Mapping[str, Any] = data or {}
 
     def _fail(self, key: str, expected: str, value: Any) -> ProbeError:
-        return ProbeError(f"host {self.host}: facts field '{self.where}.{key}' must be {expected}, got {value!r}")
+        return ProbeError(f"host {self.host}: facts field '{self.where}.{key}' must be {expected}, got {_shown(value)}")
 
     def opt_str(self, key: str) -> str | None:
         value = self.data.get(key)
@@ -433,9 +453,11 @@ class _Reader:
         if value is None:
             return None
         if isinstance(value, bool) or not isinstance(value, int):
-            if isinstance(value, float) and value.is_integer():
+            if isinstance(value, float) and value.is_integer() and abs(value) < _INT_LIMIT:
                 return int(value)
             raise self._fail(key, "an integer or null", value)
+        if abs(value) >= _INT_LIMIT:
+            raise self._fail(key, "an integer below 2**63", value)
         return value
 
     def opt_float(self, key: str) -> float | None:
@@ -444,6 +466,8 @@ class _Reader:
             return None
         if isinstance(value, bool) or not isinstance(value, int | float):
             raise self._fail(key, "a number or null", value)
+        if abs(value) >= _INT_LIMIT if isinstance(value, int) else not math.isfinite(value):
+            raise self._fail(key, "a finite number or null", value)
         return float(value)
 
     def opt_bool(self, key: str) -> bool | None:
@@ -477,7 +501,16 @@ class _Reader:
             return ()
         if not isinstance(value, Mapping):
             raise self._fail(key, "an object of name: version", value)
-        return tuple(sorted((str(k), "" if v is None else str(v)) for k, v in value.items()))
+        return tuple(sorted((str(k), "" if v is None else _plain(v)) for k, v in value.items()))
+
+    def messages(self, key: str) -> tuple[tuple[str, str], ...]:
+        """An object of ``name: message`` (``{}`` or null: none), sorted by name."""
+        value = self.data.get(key)
+        if value is None:
+            return ()
+        if not isinstance(value, Mapping):
+            raise self._fail(key, "an object of name: message", value)
+        return tuple(sorted((str(k), _plain(v)) for k, v in value.items()))
 
     def sub(self, key: str) -> _Reader:
         return _Reader(self.host, f"{self.where}.{key}", self.data.get(key))
@@ -491,7 +524,7 @@ def _iso(value: str | None) -> _dt.datetime | None:
         return None
     try:
         stamp = _dt.datetime.fromisoformat(value.replace("Z", "+00:00"))
-    except ValueError:
+    except (ValueError, OverflowError):
         return None
     return stamp if stamp.tzinfo else stamp.replace(tzinfo=_dt.UTC)
 
@@ -558,7 +591,6 @@ def _gpu(r: _Reader) -> GpuFacts:
         if pid is None:
             raise p._fail("pid", "an integer", None)
         processes.append(ProcessInfo(pid=pid, used_memory=p.opt_int("used_memory"), name=p.opt_str("name")))
-    field_errors = r.data.get("field_errors") or {}
     return GpuFacts(
         index=index,
         ok=True,
@@ -605,7 +637,7 @@ def _gpu(r: _Reader) -> GpuFacts:
         persistence_mode=r.opt_bool("persistence_mode"),
         pstate=r.opt_int("pstate"),
         processes=tuple(processes),
-        field_errors=tuple(sorted((str(k), str(v)) for k, v in dict(field_errors).items())),
+        field_errors=r.messages("field_errors"),
     )
 
 
@@ -740,13 +772,13 @@ def _errors(host: str, value: Any) -> tuple[ProbeSectionError, ...]:
     if value is None:
         return ()
     if not isinstance(value, Sequence) or isinstance(value, str):
-        raise ProbeError(f"host {host}: facts field 'errors' must be a list, got {value!r}")
+        raise ProbeError(f"host {host}: facts field 'errors' must be a list, got {_shown(value)}")
     out = []
     for item in value:
         if isinstance(item, Mapping):
-            out.append(ProbeSectionError(str(item.get("section", "?")), str(item.get("error", ""))))
+            out.append(ProbeSectionError(_plain(item.get("section", "?")), _plain(item.get("error", ""))))
         else:
-            out.append(ProbeSectionError("?", str(item)))
+            out.append(ProbeSectionError("?", _plain(item)))
     return tuple(out)
 
 
@@ -774,7 +806,7 @@ def facts_from_dict(d: Mapping[str, Any], host: str | None = None) -> HostFacts:
     history = top.sub("apt_history")
     history_text = history.opt_str("text") or ""
     dkms = d.get("dkms_status")
-    dkms_text = dkms.get("output") if isinstance(dkms, Mapping) else (dkms if isinstance(dkms, str) else None)
+    dkms_text = top.sub("dkms_status").opt_str("output") if isinstance(dkms, Mapping) else top.opt_str("dkms_status")
     return HostFacts(
         host=name,
         schema=str(d["schema"]),

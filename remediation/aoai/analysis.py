@@ -111,8 +111,12 @@ def analyse(
 ) -> Analysis:
     """Read ``text`` (request records, response logs or a metrics export) and diagnose it.
 
-    Raises :class:`~remediation.errors.AoaiError` naming ``source`` when nothing in it is a request or a metric.
+    Raises :class:`~remediation.errors.AoaiError` naming ``source`` when nothing in it is a request or a metric, or
+    when it is over the input cap (:func:`remediation.parsers.check_size`).
     """
+    from remediation.parsers import check_size
+
+    check_size(text, source, AoaiError)
     limit = settings.tpm_limit if tpm_limit is None else tpm_limit
     stripped = text.strip()
     if not stripped:
@@ -121,7 +125,7 @@ def analyse(
     if stripped.startswith("{") and "\n{" not in stripped:
         try:
             document = json.loads(stripped)
-        except ValueError:
+        except (ValueError, RecursionError):  # RecursionError: nested too deep ("[[[[..."), no document either
             document = None
     if isinstance(document, Mapping) and isinstance(document.get("value"), list):
         return _metrics(document, settings, limit, deployment, source)
@@ -142,7 +146,7 @@ def _requests(
             continue
         try:
             entry = json.loads(line)
-        except ValueError:
+        except (ValueError, RecursionError):
             skipped += 1
             continue
         if not isinstance(entry, dict):

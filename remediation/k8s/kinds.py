@@ -31,7 +31,7 @@ __all__ = ["events_score", "failed_scheduling_score"]
 
 _I = re.IGNORECASE
 _FS_MARKERS = (
-    (re.compile(r"\d+\s*/\s*\d+\s+nodes?\s+(?:are|is)\s+available", _I), 10, 3),
+    (re.compile(r"(?<!\d)\d+\s*/\s*\d+\s+nodes?\s+(?:are|is)\s+available", _I), 10, 3),
     (re.compile(r"no nodes are available that match all of the|fit failure summary on nodes", _I), 10, 2),
     (re.compile(r"pod didn'?t trigger scale-?up|scale-?up failed for group", _I), 8, 2),
     (
@@ -47,9 +47,9 @@ _FS_MARKERS = (
 _EVENT_MARKERS = (
     (re.compile(r"\bFailedScheduling\b"), 12, 2),
     (re.compile(r"\b(?:NotTriggerScaleUp|TriggeredScaleUp|FailedToScaleUpGroup)\b"), 12, 2),
-    (re.compile(r"^\s*Events:\s*$", re.M), 5, 1),
+    (re.compile(r"^[ \t]*Events:[ \t]*$", re.M), 5, 1),
     (re.compile(r"\b(?:default-scheduler|cluster-autoscaler)\b"), 3, 2),
-    (re.compile(r"^\s*\|?\s*(?:Normal|Warning)\s*\|?\s+[A-Z][A-Za-z]+", re.M), 2, 5),
+    (re.compile(r"^[ \t]*(?:\|[ \t]*)?(?:Normal|Warning)(?:[ \t]*\|)?[ \t]+[A-Z][A-Za-z]+", re.M), 2, 5),
 )
 
 

@@ -130,7 +130,7 @@ class LatencyDiagnosis:
 # --- metrics ---------------------------------------------------------------------------------------------------
 
 _METRIC = re.compile(r"^(?P<name>container_cpu_cfs_(?:throttled_)?periods_total)\{(?P<labels>[^}]*)\}\s+(?P<v>\S+)")
-_LABEL = re.compile(r'(\w+)="((?:[^"\\]|\\.)*)"')
+_LABEL = re.compile(r'(?<!\w)(\w+)="((?:[^"\\]|\\.)*)"')
 
 
 def cpu_throttling(metrics: str) -> dict[str, float]:
@@ -274,8 +274,16 @@ def diagnose_latency(
     slow_load_s: float = 60.0,
     cpu_throttle_ratio: float = 0.25,
     temp_alert_c: int = 78,
+    logs_source: str = "the model server log",
+    metrics_source: str = "the metrics text",
 ) -> LatencyDiagnosis:
-    """Restarts, disruptions, model load, probes, GPU heat and CPU contention of ``snapshot``'s pod."""
+    """Restarts, disruptions, model load, probes, GPU heat and CPU contention of ``snapshot``'s pod.
+
+    ``logs`` or ``metrics`` over the input cap (:func:`remediation.parsers.check_size`) raise ``SnapshotError``."""
+    from remediation.parsers import check_size
+
+    check_size(logs, logs_source, SnapshotError)
+    check_size(metrics, metrics_source, SnapshotError)
     from remediation.checks.evidence import from_facts
     from remediation.checks.policy import Policy
     from remediation.checks.thermal import temperature_alert, temperature_slowdown, throttle

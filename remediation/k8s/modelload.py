@@ -50,7 +50,7 @@ _TGI = re.compile(r"Shard ready in\s+(?P<s>[\d.]+)\s*(?P<unit>ms|s)\b", _I)
 _TRITON_TS = re.compile(r"^[IWE](?P<md>\d{4}) (?P<t>\d\d:\d\d:\d\d(?:\.\d+)?)\s+\d+\s+\S+\]")
 _TRITON_START = re.compile(r"\]\s*loading:\s*(?P<model>[^:\s]+)(?::(?P<version>\d+))?", _I)
 _TRITON_END = re.compile(r"successfully loaded '(?P<model>[^']+)'", _I)
-_TORCHSERVE = re.compile(r"\bW-\d+-(?P<model>\S+?)\.ms:(?P<ms>\d+)\|", _I)
+_TORCHSERVE = re.compile(r"\bW-\d+-(?P<model>\S{1,256}?)\.ms:(?P<ms>\d+)\|", _I)
 _OLLAMA = re.compile(r"llama runner started in\s+(?P<s>[\d.]+)\s*(?:s|sec|seconds)\b", _I)
 _GENERIC = re.compile(
     r"\bmodel (?:loaded|load(?:ing)? (?:took|finished|completed))(?: in)?\s+(?P<s>[\d.]+)\s*"
@@ -74,7 +74,7 @@ _MARKERS: tuple[tuple[str, re.Pattern[str], int], ...] = (
         re.compile(r"model_lifecycle\.cc|model_repository_manager\.cc|successfully loaded '|tritonserver", _I),
         5,
     ),
-    ("torchserve", re.compile(r"WORKER_MODEL_LOADED|TS_METRICS|org\.pytorch\.serve|W-\d+-\S+\.ms:\d+", _I), 5),
+    ("torchserve", re.compile(r"WORKER_MODEL_LOADED|TS_METRICS|org\.pytorch\.serve|W-\d+-\S{1,256}?\.ms:\d+", _I), 5),
     ("ollama", re.compile(r"llama runner started|starting llama server|ollama|llm_load_tensors", _I), 5),
 )
 

@@ -545,8 +545,15 @@ def diagnose_pending(
     cluster: str = "CLUSTER",
     resource_group: str = "RESOURCE_GROUP",
     location: str = "",
+    source: str = "--events",
 ) -> PendingDiagnosis:
-    """Decide why the pod is Pending from the messages in ``text`` and/or ``snapshot`` (see the module docstring)."""
+    """Decide why the pod is Pending from the messages in ``text`` and/or ``snapshot`` (see the module docstring).
+
+    ``text`` (named ``source``) over the input cap (:func:`remediation.parsers.check_size`) raises ``K8sError``."""
+    from remediation.k8s.errors import K8sError
+    from remediation.parsers import check_size
+
+    check_size(text, source, K8sError)
     events = _messages(text, snapshot)
     message = events.scheduler()
     pod = snapshot.pod if snapshot is not None else None

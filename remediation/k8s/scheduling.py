@@ -227,7 +227,7 @@ class EventsText:
 
 # --- normalisation ---------------------------------------------------------------------------------------------
 
-_MD_LINK = re.compile(r"\[([^\]\n]*)\]\((?:[a-z]+://)?[^)\s]*\)")
+_MD_LINK = re.compile(r"\[([^\[\]\n]*)\]\((?:[a-z]+://)?[^)\s]*\)")
 _WS = re.compile(r"\s+")
 
 
@@ -239,13 +239,13 @@ def _clean(text: str) -> str:
 
 # --- reason rules ----------------------------------------------------------------------------------------------
 
-_TAINT_BRACES = re.compile(r"\{\s*(?P<body>[^{}]*?)\s*\}")
+_TAINT_BRACES = re.compile(r"\{(?P<body>[^{}]*)\}")  # body stripped by the caller (linear)
 _RULES: tuple[tuple[re.Pattern[str], str, str | None], ...] = tuple(
     (re.compile(pattern, re.I), label, era)
     for pattern, label, era in (
         (r"untolerated taint\(s\)", "untolerated_taint", "taint_v135"),
         (r"had untolerated taint", "untolerated_taint", "taint_v124"),
-        (r"had taint\s*\{.*\}\s*,?\s*that the pod didn'?t tolerate", "untolerated_taint", "taint_v118"),
+        (r"had taint\s*\{[^{}]*\}\s*,?\s*that the pod didn'?t tolerate", "untolerated_taint", "taint_v118"),
         (
             r"had taints? that the pod didn'?t tolerate|taints? that the pod didn'?t tolerate",
             "untolerated_taint",
@@ -348,7 +348,7 @@ def classify(text: str, count: int) -> Reason:
             braces = _TAINT_BRACES.search(entry)
             if braces is None:
                 return Reason(count, label, entry)
-            key, value = _taint(braces.group("body"))
+            key, value = _taint(braces.group("body").strip())
             state = health_label(key)
             return Reason(count, state or label, entry, taint_key=key, taint_value=value)
         return Reason(count, label, entry)
@@ -364,7 +364,7 @@ def _era(text: str) -> str | None:
 
 # --- message grammar -------------------------------------------------------------------------------------------
 
-_HEAD = re.compile(r"(?P<avail>\d+)\s*/\s*(?P<total>\d+)\s+nodes?\s+(?:are|is)\s+available\s*:?", re.I)
+_HEAD = re.compile(r"(?<!\d)(?P<avail>\d+)\s*/\s*(?P<total>\d+)\s+nodes?\s+(?:are|is)\s+available\s*:?", re.I)
 _LEGACY_HEAD = re.compile(
     r"no nodes are available that match all of the (?:following )?predicates\s*:+|fit failure summary on nodes\s*:",
     re.I,
@@ -379,7 +379,7 @@ _SCALE_UP_FAILED = re.compile(
 )
 _PREEMPTION = re.compile(r"\bpreemption\s*:", re.I)
 _ITEM_START = re.compile(r"(?:^|(?<=[,.;:]))\s*(?P<count>\d+)\s+(?=[^\d\s/])")
-_LEGACY_ITEM = re.compile(r"(?P<text>[^,()]+?)\s*\(\s*(?P<count>\d+)\s*\)")
+_LEGACY_ITEM = re.compile(r"(?<![^,()])(?P<text>[^,()]*?[^,()\s])\s*\(\s*(?P<count>\d+)\s*\)")
 
 
 def _histogram(text: str) -> list[Reason]:
@@ -482,11 +482,11 @@ def parse_message(text: str) -> SchedulingMessage:
 # --- event tables ----------------------------------------------------------------------------------------------
 
 _ROW_START = re.compile(
-    r"^\s*\|?\s*(?:(?:Normal|Warning)\b|[A-Z][A-Za-z]+\s{2,}\d)"
-    r"|^\s*(?:[0-9][0-9smhd]*\s+)?(?:Normal|Warning)\s+[A-Z]"
-    r"|event\.go:\d+\]|^\s*Events:|^\s*Type\s+Reason\s+Age|^\s*LAST SEEN\b"
-    r"|^\s*-?\s*(?:message|reason|type|status|lastProbeTime|lastTransitionTime|phase|conditions|qosClass|hostIP"
-    r"|podIP|startTime|note|involvedObject|source|count|firstTimestamp|lastTimestamp|metadata|kind|apiVersion)\s*:"
+    r"^[ \t]*(?:\|[ \t]*)?(?:(?:Normal|Warning)\b|[A-Z][A-Za-z]+\s{2,}\d)"
+    r"|^[ \t]*(?:[0-9][0-9smhd]*\s+)?(?:Normal|Warning)\s+[A-Z]"
+    r"|event\.go:\d+\]|^[ \t]*Events:|^[ \t]*Type\s+Reason\s+Age|^[ \t]*LAST SEEN\b"
+    r"|^[ \t]*(?:-[ \t]*)?(?:message|reason|type|status|lastProbeTime|lastTransitionTime|phase|conditions|qosClass"
+    r"|hostIP|podIP|startTime|note|involvedObject|source|count|firstTimestamp|lastTimestamp|metadata|kind|apiVersion)\s*:"
 )
 _EVENT_REASON = re.compile(
     r"\b(FailedScheduling|NotTriggerScaleUp|TriggeredScaleUp|FailedToScaleUpGroup|FailedScaleUp|ScaleDown|Scheduled"
@@ -502,7 +502,7 @@ _HEADLESS = re.compile(
     re.I,
 )
 _AGE = re.compile(r"(?:^|\s|\|)(?P<age>(?:\d+[dhms])+)(?:\s*\(x(?P<times>\d+) over [0-9dhms]+\))?\s*(?:\||\s)")
-_COMPONENT = re.compile(r"\b([a-z][a-z0-9-]*(?:scheduler|autoscaler)|karpenter)\b", re.I)
+_COMPONENT = re.compile(r"\b([a-z][a-z0-9-]{0,62}(?:scheduler|autoscaler)|karpenter)\b", re.I)  # bounded: linear
 
 
 def _seconds(age: str) -> float:

@@ -8,6 +8,12 @@ every other area registers its own kinds from its own package, with their ``diag
 :class:`KindSpec`, and names that module in :data:`PLUGIN_MODULES` (imported on first use, so importing this package
 stays cheap).
 
+Size: pasted text and log files are read whole, so every entry point that takes them (``invoke diagnose``,
+``k8s.diagnose-pending`` / ``diagnose-latency``, ``aoai.diagnose``, ``train.diagnose-oom``) first calls
+:func:`check_size`: over :func:`max_input_bytes` (8 MiB; the environment variable ``GPUFLEET_MAX_INPUT_BYTES``
+changes it) the input is refused with one line naming it, its size, the cap and the fix (keep the relevant part,
+e.g. ``tail -c 4M``), raised as the area's error (exit 2). Within the cap every parser is linear in its input.
+
 Mixed text (nvidia-smi output pasted together with kernel lines, a transcript with ``dkms status``): the highest
 score wins, and the NVML error messages score highest on purpose. They are the symptom the operator is asking about,
 and ``diagnose`` of ``nvml`` text also reads the kernel lines embedded in it, so the more specific kernel findings
@@ -17,27 +23,68 @@ and ``diagnose`` of ``nvml`` text also reads the kernel lines embedded in it, so
 from __future__ import annotations
 
 import importlib
+import os
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from remediation.errors import ParseError, RemediationError
 from remediation.parsers import apt_history, dkms, kernel_log, nvml_text, unattended_upgrades
 
 __all__ = [
     "KINDS",
+    "MAX_INPUT_BYTES",
+    "MAX_INPUT_ENV",
     "PLUGIN_MODULES",
     "UNKNOWN",
     "Diagnoser",
     "KindSpec",
+    "check_size",
     "detect_kind",
     "kinds",
     "marker_score",
+    "max_input_bytes",
     "register",
     "scores",
 ]
 
 UNKNOWN = "unknown"
+
+#: The default cap on one input's size (UTF-8 bytes): far above any log a diagnosis needs, far below what hangs.
+MAX_INPUT_BYTES = 8 * 1024 * 1024
+#: The setting that changes the cap (a whole number of bytes).
+MAX_INPUT_ENV = "GPUFLEET_MAX_INPUT_BYTES"
+_MIB = 1024 * 1024
+
+
+def max_input_bytes() -> int:
+    """The cap in force: ``$GPUFLEET_MAX_INPUT_BYTES`` when set (a positive whole number), else 8 MiB."""
+    raw = os.environ.get(MAX_INPUT_ENV, "").strip()
+    if not raw:
+        return MAX_INPUT_BYTES
+    if not raw.isdigit() or int(raw) <= 0:
+        raise ParseError(f"{MAX_INPUT_ENV}={raw!r}: give the input cap as a positive number of bytes (e.g. 8388608)")
+    return int(raw)
+
+
+def check_size(text: str, source: str, error: type[RemediationError] = ParseError) -> None:
+    """Refuse ``text`` (named ``source``) over the cap with ``error``: one line with its size, the cap, the fix."""
+    cap = max_input_bytes()
+    if len(text) * 4 <= cap:  # UTF-8 takes at most 4 bytes a character: no need to count
+        return
+    size = len(text.encode("utf-8", "surrogatepass"))
+    if size <= cap:
+        return
+    keep = f"{cap // 2 // _MIB}M" if cap >= 2 * _MIB else str(cap // 2)
+    raise error(
+        f"{source}: {_size(size)} is over the {_size(cap)} input cap; keep the part that matters "
+        f"(e.g. tail -c {keep} FILE > part.log) or raise {MAX_INPUT_ENV}"
+    )
+
+
+def _size(n: int) -> str:
+    return f"{n / _MIB:.1f} MiB" if n >= _MIB else f"{n / 1024:.1f} KiB"
 
 
 #: A kind's diagnosis: text -> (JSON-ready facts, findings). Findings come from the catalog's rules, the same
@@ -91,14 +138,14 @@ _KERNEL_MARKERS = (
     (re.compile(r"modprobe: FATAL: Module nvidia", re.I), 2, 2),
     (re.compile(r"insert (?:module )?'?nvidia\S*'?: (?:Key was rejected by service|Required key not available)"), 4, 2),
     (re.compile(r"Lockdown: \S+: unsigned module loading is restricted"), 4, 2),
-    (re.compile(r"^\s*\[\s*[0-9]+\.[0-9]+\]", re.M), 1, 5),
+    (re.compile(r"^[ \t]*\[ *[0-9]+\.[0-9]+\]", re.M), 1, 5),
 )
 _APT_MARKERS = (
-    (re.compile(r"^\s*Start-Date:\s*[0-9]{4}-", re.M), 10, 3),
-    (re.compile(r"^\s*Commandline:", re.M), 5, 3),
-    (re.compile(r"^\s*End-Date:", re.M), 3, 3),
-    (re.compile(r"^\s*Requested-By:", re.M), 3, 3),
-    (re.compile(r"^\s*(?:Install|Upgrade|Remove|Purge|Downgrade|Reinstall):\s*\S+ \(", re.M), 3, 5),
+    (re.compile(r"^[ \t]*Start-Date:[ \t]*[0-9]{4}-", re.M), 10, 3),
+    (re.compile(r"^[ \t]*Commandline:", re.M), 5, 3),
+    (re.compile(r"^[ \t]*End-Date:", re.M), 3, 3),
+    (re.compile(r"^[ \t]*Requested-By:", re.M), 3, 3),
+    (re.compile(r"^[ \t]*(?:Install|Upgrade|Remove|Purge|Downgrade|Reinstall):[ \t]*\S+ \(", re.M), 3, 5),
 )
 _DKMS_MARKERS = (
     (re.compile(r"^[$#~ ]*dkms status", _M), 6, 1),

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import bisect
 import re
+import sys
 from collections.abc import Iterable
 from dataclasses import dataclass
 
@@ -32,7 +33,8 @@ _TYPOGRAPHIC = str.maketrans(
     }
 )
 
-_TABLE_RESIDUE = re.compile(r"(?:\s*\|)+\s*$")
+#: What table residue is made of: ``|`` and every character ``str.isspace`` (and so the regex ``\s``) counts.
+_RESIDUE_CHARS = "|" + "".join(c for c in map(chr, range(sys.maxunicode + 1)) if c.isspace())
 _QUOTE_PREFIX = re.compile(r"^\s*(?:[+\-]?>+ ?)+")
 _DIFF_PLUS = re.compile(r"^[+\-](?=[\[<A-Za-z])")
 
@@ -46,7 +48,9 @@ def normalize(text: str) -> str:
 
 def clean_line(line: str) -> str:
     """One line without trailing spaces, table residue (`` | |``) or wrapping quotes/back-ticks."""
-    line = _TABLE_RESIDUE.sub("", line.rstrip())
+    line = line.rstrip()
+    if line.endswith("|"):  # str.rstrip: linear, where the regex (?:\s*\|)+\s*$ was quadratic on a line of pipes
+        line = line.rstrip(_RESIDUE_CHARS)
     stripped = line.strip()
     if len(stripped) >= 2 and stripped[0] == stripped[-1] and stripped[0] in "`\"'":
         line = line.replace(stripped, stripped[1:-1], 1)

@@ -123,7 +123,7 @@ _KEY = re.compile(
     re.ASCII,
 )
 _DATE = re.compile(r"([0-9]{4}-[0-9]{2}-[0-9]{2})\s+([0-9]{2}:[0-9]{2}:[0-9]{2})", re.ASCII)
-_ENTRY = re.compile(r"(?P<pkg>[^\s,():]+)(?::(?P<arch>[^\s,():]+))?\s*\((?P<inner>[^()]*)\)", re.ASCII)
+_ENTRY = re.compile(r"(?<![^\s,():])(?P<pkg>[^\s,():]+)(?::(?P<arch>[^\s,():]+))?\s*\((?P<inner>[^()]*)\)", re.ASCII)
 _DRY_RUN = re.compile(r"(?:^|\s)(?:--dry-run|--simulate|--just-print|--no-act|--recon)(?:[\s=]|$)", re.ASCII)
 _ACTOR_BY_NAME: dict[str, str] = {
     "unattended-upgrade": "unattended-upgrade",

@@ -164,7 +164,12 @@ class OomDiagnosis:
 def diagnose_oom(
     text: str, settings: TrainSettings, flags: JobFlags | None = None, source: str = "<text>"
 ) -> OomDiagnosis:
-    """Parse the OOM in ``text``; with a model in ``flags`` the planner's numbers name the cause."""
+    """Parse the OOM in ``text``; with a model in ``flags`` the planner's numbers name the cause.
+
+    Text over the input cap (:func:`remediation.parsers.check_size`) raises :class:`TrainError`."""
+    from remediation.parsers import check_size
+
+    check_size(text, source, TrainError)
     if not text.strip():
         raise TrainError(f"{source}: nothing to diagnose: the input is empty")
     report = oom_mod.parse(text)

@@ -51,12 +51,15 @@ FACT_KEYS = (
 
 _UNIT = {"bytes": 1, "byte": 1, "b": 1, "kib": 1024, "mib": MiB, "gib": GiB, "tib": 1024**4,
          "kb": 1000, "mb": 1000**2, "gb": 1000**3, "tb": 1000**4}
-_SIZE = r"([0-9][0-9,]*(?:\.[0-9]+)?)\s*(bytes?|[KMGT]i?B|B)\b"
+_SIZE = r"(?<![0-9,])([0-9][0-9,]*(?:\.[0-9]+)?)\s*(bytes?|[KMGT]i?B|B)\b"
 _SIZE_RE = re.compile(_SIZE, re.I)
 
 _HEAD = re.compile(r"(CUDA|HIP|XPU) out of memory", re.I)
 _TRIED = re.compile(r"Tried to allocate\s+" + _SIZE, re.I)
-_PAREN = re.compile(r"\(\s*GPU\s*([0-9]+)\s*;([^()]*?)(?:\)|(?=\s+If reserved)|(?=\s+See documentation)|$)", re.I)
+# (?<!\s) before each lookahead: its \s+ is tried once per run of spaces, not at every space (linear).
+_PAREN = re.compile(
+    r"\(\s*GPU\s*([0-9]+)\s*;([^()]*?)(?:\)|(?<!\s)(?=\s+If reserved)|(?<!\s)(?=\s+See documentation)|$)", re.I
+)
 _CAPACITY = re.compile(
     r"GPU\s*([0-9]+)\s+has a total capac(?:i)?ty of\s+" + _SIZE + r"(?:\s+of which\s+" + _SIZE + r"\s+(?:is\s+)?free)?",
     re.I,
