@@ -12,7 +12,6 @@ import json
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 from .checks import Policy, run_fleet_checks
@@ -212,14 +211,3 @@ def audit_runs(hosts: Sequence[Host], result: FanoutResult, options: AuditOption
         )
         for h in hosts
     )
-
-
-def save(result: AuditResult, directory: Path) -> Path:
-    """Keep this run for the next one's comparison (``history.compare``)."""
-    directory.mkdir(parents=True, exist_ok=True)
-    stamp = result.started_at.strftime("%Y%m%dT%H%M%S%fZ")
-    path = directory / f"audit-{result.fleet}-{stamp}.json"
-    tmp = path.with_suffix(".tmp")
-    tmp.write_text(json.dumps(result.to_dict(), indent=1, default=str))
-    tmp.replace(path)
-    return path

@@ -1,6 +1,6 @@
 """The audit as JSON: schema ``gpufleet.audit/1``.
 
-This is the document ``invoke audit --format json`` prints and :func:`remediation.audit.save` keeps for the next
+This is the document ``invoke audit --format json`` prints and :func:`remediation.history.save` keeps for the next
 run's comparison (:mod:`remediation.history`). It is :meth:`AuditResult.to_dict` serialised; this docstring is its
 schema.
 

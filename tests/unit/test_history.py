@@ -12,7 +12,7 @@ import pytest
 from rich.console import Console
 from test_report_common import STARTED, build_result
 
-from remediation.audit import AuditResult, save
+from remediation.audit import AuditResult
 from remediation.findings import Finding
 from remediation.history import (
     Comparison,
@@ -21,6 +21,7 @@ from remediation.history import (
     discriminator,
     load_previous,
     render_comparison,
+    save,
 )
 from remediation.report.json_report import render_json
 
