@@ -1,0 +1,36 @@
+"""The probe's documents from a real H200 (tests/fixtures/real-gpu-h200/README.md) through the audit's own path:
+the facts loader accepts them, no check finds anything wrong with a healthy GPU, and the GPU work a job puts on the
+device is seen both ways the restore's guard reads it."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from remediation.checks import run_checks
+from remediation.checks.policy import Policy
+from remediation.facts import facts_from_dict
+
+REAL = Path(__file__).resolve().parents[1] / "fixtures" / "real-gpu-h200"
+
+
+def _doc(name: str) -> dict:  # type: ignore[type-arg]
+    return json.loads((REAL / name).read_text())
+
+
+@pytest.mark.parametrize("name", ["probe-root-idle.json", "probe-root-job.json", "probe-user-job.json"])
+def test_a_healthy_real_gpu_has_no_findings(name: str) -> None:
+    facts = facts_from_dict(_doc(name), host="h200")
+    assert not facts.nvml.failed
+    assert run_checks(facts, Policy()) == ()
+
+
+def test_a_job_on_the_real_gpu_is_seen_by_nvml_and_by_the_device_scan() -> None:
+    doc = _doc("probe-root-job.json")
+    nvml_pids = {p["pid"] for g in doc["nvml"]["gpus"] for p in g["processes"]}
+    scan_pids = {u["pid"] for u in doc["device_users"]["users"] if not u["service"]}
+    assert nvml_pids == scan_pids == {452}
+    facts = facts_from_dict(doc, host="h200")
+    assert facts.nvml.ok and facts.nvml.gpus[0].name == "NVIDIA H200"
