@@ -23,15 +23,14 @@ from __future__ import annotations
 import dataclasses
 import datetime as _dt
 import json
-import os
 import re
 import sys
-import tempfile
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from remediation.durable import write_atomic
 from remediation.errors import RemediationError
 from remediation.findings import Finding
 
@@ -171,22 +170,7 @@ def save(result: AuditResult, directory: Path) -> Path:
     directory.mkdir(parents=True, exist_ok=True)
     stamp = result.started_at.strftime("%Y%m%dT%H%M%S%fZ")
     path = directory / f"audit-{result.fleet}-{stamp}.json"
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=directory)
-    try:
-        with os.fdopen(fd, "w") as fh:
-            fh.write(json.dumps(result.to_dict(), indent=1, default=str))
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-    dir_fd = os.open(directory, os.O_RDONLY)
-    try:
-        os.fsync(dir_fd)
-    finally:
-        os.close(dir_fd)
-    return path
+    return write_atomic(path, json.dumps(result.to_dict(), indent=1, default=str))
 
 
 @dataclass(frozen=True)

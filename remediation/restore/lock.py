@@ -26,13 +26,14 @@ import json
 import os
 import shlex
 import socket
-import tempfile
 import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
+
+from remediation.durable import write_atomic
 
 from .errors import LockHeldError, RestoreError
 
@@ -177,21 +178,7 @@ def _guarded(path: Path) -> Iterator[None]:
 
 def _write_lock(path: Path, info: LockInfo) -> None:
     """``info`` into ``path``: a temporary file, fsynced, renamed over it, then the directory fsynced."""
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w") as fh:
-            fh.write(json.dumps(info.to_dict()))
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-    dir_fd = os.open(path.parent, os.O_RDONLY)
-    try:
-        os.fsync(dir_fd)
-    finally:
-        os.close(dir_fd)
+    write_atomic(path, json.dumps(info.to_dict()))
 
 
 @contextmanager
