@@ -30,7 +30,7 @@ from remediation.inventory import load
 from remediation.restore.flow import HostStatus, RestoreOptions, driver_restore
 from remediation.restore.journal import JOURNAL_PATH, JOURNAL_SCHEMA
 from remediation.restore.rules import Action
-from tests.conftest import ROOT, lab_unavailable, make_lab, ssh
+from tests.conftest import ROOT, make_lab, require_lab, ssh
 
 pytestmark = pytest.mark.lab
 AUDIT = AuditOptions(nvml_timeout=5, timeout=30)
@@ -40,9 +40,7 @@ DKMS_SAYS = "Error! [/] bad [bold]return[/bold] status [red]"
 
 @pytest.fixture(scope="module")
 def fleet(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
-    why = lab_unavailable()
-    if why:
-        pytest.skip(why)
+    require_lab()
     lab = make_lab(tmp_path_factory.mktemp("rollout"), "127.0.91", 3)
     try:
         yield lab
