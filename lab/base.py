@@ -2,7 +2,8 @@
 
 Two cache levels under the cache directory:
 
-* ``debootstrap-<suite>/``: the plain debootstrap result (needs the Debian mirror; ~40 s, ~290 MB).
+* ``debootstrap-<suite>-<packages>/``: the plain debootstrap result (needs the Debian mirror; ~40 s, ~290 MB);
+  ``<packages>`` is a digest of the packages it includes, so adding one builds a new root.
 * ``base-<key>/``: that root customised for the lab, once per kernel flavour (``root/`` generic,
   ``root-azure/``): the apt repository, the simulated NVIDIA driver and the flavour's kernel installed, GRUB's
   stand-in and a generated grub.cfg, sshd configured, the lab's shims, Ubuntu 22.04's identity
@@ -34,7 +35,8 @@ from .config import LabConfig
 LAB_DIR = Path(__file__).resolve().parent
 NATIVE = LAB_DIR / "native"
 HOSTFILES = LAB_DIR / "hostfiles"
-DEBOOTSTRAP_INCLUDE = ("openssh-server", "python3", "apt-utils", "unattended-upgrades", "cron", "procps")
+# sudo: Azure images log in as azureuser and escalate with sudo; the lab's tests of that need the real one.
+DEBOOTSTRAP_INCLUDE = ("openssh-server", "python3", "apt-utils", "unattended-upgrades", "cron", "procps", "sudo")
 REPO_MOUNT = "/srv/gpulab-repo"
 BASE_FORMAT = "3"
 
@@ -198,7 +200,8 @@ def _mirror_reachable(mirror: str, suite: str) -> str | None:
 
 
 def ensure_debootstrap(cfg: LabConfig, log: Path) -> Path:
-    target = cfg.cache / f"debootstrap-{cfg.suite}"
+    included = hashlib.sha256(",".join(DEBOOTSTRAP_INCLUDE).encode()).hexdigest()[:8]
+    target = cfg.cache / f"debootstrap-{cfg.suite}-{included}"
     if (target / ".gpulab-complete").exists():
         return target
     if shutil.which("debootstrap") is None:

@@ -395,6 +395,12 @@ class HostFacts:
     raw: Mapping[str, Any] = field(compare=False, hash=False, repr=False)
     device_users: DeviceUsers = DeviceUsers()
     secure_boot: SecureBootFacts = SecureBootFacts()
+    euid: int | None = None  # who ran the probe (None: an older probe); not 0: it ran without privilege escalation
+
+    @property
+    def unprivileged(self) -> bool:
+        """The probe ran as a user other than root (no ``sudo``): it could not read other users' processes."""
+        return self.euid is not None and self.euid != 0
 
     @property
     def apt_transactions(self) -> tuple[AptTransaction, ...]:
@@ -828,6 +834,9 @@ def facts_from_dict(d: Mapping[str, Any], host: str | None = None) -> HostFacts:
         dpkg_lock=_dpkg_lock(top.sub("dpkg_lock")),
         errors=_errors(name, d.get("errors")),
         raw=d,
-        device_users=_device_users(top.sub("device_users"), isinstance(d.get("device_users"), Mapping)),
+        # An unprivileged probe sees only its own user's processes: which processes hold the GPU is unknown then.
+        device_users=_device_users(top.sub("device_users"),
+                                   isinstance(d.get("device_users"), Mapping) and top.opt_int("euid") in (None, 0)),
+        euid=top.opt_int("euid"),
         secure_boot=_secure_boot(top.sub("secure_boot")),
     )

@@ -42,6 +42,7 @@ from .sshopts import (
 
 # ssh(1)'s system-wide known_hosts files, read for every host unless GlobalKnownHostsFile says otherwise.
 GLOBAL_KNOWN_HOSTS: tuple[str, ...] = DEFAULT_GLOBAL_KNOWN_HOSTS
+SUDO = "sudo -n --"  # never prompts: a password it would need is an error (exit 1), not a hung probe
 
 
 class Status(StrEnum):
@@ -308,6 +309,69 @@ def _open_target(host: Host, connect_timeout: float, gateways: Gateways) -> Any:
     return conn
 
 
+# --- privilege escalation (Ansible's become) ---------------------------------------------------------------------
+
+
+def become_problem(host: Host) -> str | None:
+    """Why the fan-out cannot escalate on ``host`` as its inventory asks (None when it can, or need not)."""
+    become = host.become
+    if not become.enabled:
+        return None
+    if become.method != "sudo":
+        return (f"host {host.name}: ansible_become_method {become.method!r} is not supported by the fan-out (it"
+                " escalates with sudo only): set ansible_become_method: sudo, or log in as root")
+    if become.user != "root":
+        return (f"host {host.name}: ansible_become_user {become.user!r}: the fan-out's probe and leases need root;"
+                " set ansible_become_user: root (or remove it)")
+    return None
+
+
+def remote_command(host: Host, command: str) -> str:
+    """``command`` as it is sent to ``host``: through ``sudo -n`` when the host's inventory escalates.
+
+    A simple command (words only, as :func:`shlex.join` writes them) is run by sudo directly, so a sudoers rule
+    for that program (``NOPASSWD: /usr/bin/python3``) allows it; anything else (redirections, ``||``) through
+    ``sh -c``, so the whole of it runs with the privilege, never half of it."""
+    if not host.become.enabled:
+        return command
+    try:
+        simple = shlex.join(shlex.split(command)) == command
+    except ValueError:
+        simple = False
+    return f"{SUDO} {command}" if simple else f"{SUDO} sh -c {shlex.quote(command)}"
+
+
+def _program(command: str) -> str:
+    """The program sudo runs for :func:`remote_command`'s ``command`` (``python3``, ``sh``), for messages."""
+    try:
+        words = shlex.split(command)
+    except ValueError:
+        return "sh"
+    return words[0] if words and shlex.join(words) == command else "sh"
+
+
+def sudo_problem(host: Host, command: str, exit_code: int | None, stderr: str) -> str | None:
+    """The one line for a command that ``sudo -n`` itself refused on ``host`` (None: sudo ran it, or no sudo).
+
+    sudo reports on stderr with a ``sudo:`` prefix and exit 1 (a password needed, no sudoers entry), or the shell
+    says it is not there (exit 127). Only the leading lines are looked at: what the program printed is not sudo's."""
+    if not host.become.enabled or exit_code not in (1, 127):
+        return None
+    user, program = host.user, _program(command)
+    fix = f"give {user} passwordless sudo (NOPASSWD) for {program}, or log in as root"
+    for line in stderr.splitlines()[:5]:
+        text = line.strip()
+        if exit_code == 1 and text.startswith("sudo:") and "a password is required" in text:
+            return f"{host.name}: sudo asks for a password for {user} (sudo -n); {fix}"
+        if exit_code == 1 and ("is not in the sudoers file" in text or "is not allowed to execute" in text
+                               or "may not run sudo" in text):
+            return f"{host.name}: sudo refuses {user} (not in sudoers for {program}); {fix}"
+        if exit_code == 127 and "sudo" in text and "not found" in text:
+            return (f"{host.name}: sudo is not installed, and {host.become.source} asks for it (become): install sudo"
+                    " on the host, or log in as root")
+    return None
+
+
 EOF_GRACE_S = 2.0  # how long output may trail the exit status before the command's output is taken as complete
 MIB = 1024 * 1024
 MAX_STDOUT = 16 * MIB  # the most read from one host's stdout (the probe's JSON is a few hundred KiB)
@@ -396,15 +460,18 @@ def run_one(
 ) -> HostRun:
     import paramiko
 
+    if (problem := become_problem(host)) is not None:
+        raise FanoutError(problem)
     t0 = time.monotonic()
     conn = None
     own = gateways is None
     hops = gateways if gateways is not None else Gateways(connect_timeout)
     try:
         conn = _open_target(host, connect_timeout, hops)
-        code, out, err = _exec(conn.client, command, stdin, timeout, max_stdout, max_stderr)
+        code, out, err = _exec(conn.client, remote_command(host, command), stdin, timeout, max_stdout, max_stderr)
         status = Status.OK if code == 0 else Status.FAILED
-        return HostRun(host.name, status, code, out, err, time.monotonic() - t0)
+        refused = sudo_problem(host, command, code, err) if status is Status.FAILED else None
+        return HostRun(host.name, status, code, out, err, time.monotonic() - t0, refused)
     except CommandTimeout:
         return HostRun(
             host.name, Status.TIMED_OUT, None, "", "", time.monotonic() - t0, f"command timed out after {timeout:g} s"
@@ -442,11 +509,19 @@ def fan_out(
 ) -> FanoutResult:
     """Run ``command`` on every host (at most ``concurrency`` at once); every host is in the result.
 
+    On a host whose inventory escalates (:class:`~remediation.inventory.Become`) it runs through ``sudo -n``
+    (:func:`remote_command`); sudo refusing it (a password needed, no sudoers entry) is that host's error (FAILED,
+    one line naming the user and the fix). A become method other than sudo, or a become user other than root, is
+    :class:`FanoutError` before any host is reached.
+
     At most ``max_stdout`` / ``max_stderr`` bytes are read from one host: a host that sends more is that host's
     error (FAILED, ``probe output over N MiB``), never the controller's memory."""
     hosts = list(hosts)
     if concurrency < 1:
         raise FanoutError(f"--concurrency {concurrency} must be at least 1")
+    for host in hosts:  # before any host is reached: nothing runs on one host of a run another cannot take
+        if (problem := become_problem(host)) is not None:
+            raise FanoutError(problem)
     t0 = time.monotonic()
     runs: dict[str, HostRun] = {}
     if not hosts:

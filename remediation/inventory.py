@@ -23,6 +23,21 @@ from .sshopts import SshOptions, port_number, ssh_target
 
 
 @dataclass(frozen=True)
+class Become:
+    """Whether and how the fan-out escalates privilege on a host (Ansible's ``become`` settings).
+
+    ``enabled`` follows ``ansible_become`` when the inventory sets it, else ``ANSIBLE_BECOME`` / ansible.cfg's
+    ``[privilege_escalation] become`` when set there; when neither is set, it is on exactly when the SSH login user
+    is not root, as the project's playbooks do (``become: "{{ ansible_user != 'root' }}"``): the probe cannot read
+    other users' ``/proc/<pid>/fd`` without it. ``source`` names what decided, for messages."""
+
+    enabled: bool = False
+    method: str = "sudo"
+    user: str = "root"
+    source: str = "the login user (root)"
+
+
+@dataclass(frozen=True)
 class Host:
     name: str
     address: str
@@ -30,6 +45,7 @@ class Host:
     user: str = "root"
     vars: Mapping[str, Any] = field(default_factory=dict)
     ssh: SshOptions = field(default_factory=SshOptions)
+    become: Become = field(default_factory=Become)
 
     @property
     def key_file(self) -> Path | None:
@@ -75,8 +91,11 @@ def _ssh_plugin() -> Any:
     return plugin
 
 
-def _connection_options(plugin: Any, loader: Any, name: str, hostvars: Mapping[str, Any]) -> dict[str, Any]:
-    """The ssh plugin's options for one host, its Jinja templates rendered as Ansible renders them."""
+def _connection_options(
+    plugin: Any, loader: Any, name: str, hostvars: Mapping[str, Any]
+) -> tuple[dict[str, Any], dict[str, Any]]:
+    """(the ssh plugin's options for one host, its ``ansible_*`` variables), Jinja templates rendered as Ansible
+    renders them."""
     from ansible.template import Templar
 
     templar = None
@@ -94,7 +113,7 @@ def _connection_options(plugin: Any, loader: Any, name: str, hostvars: Mapping[s
             raise InventoryError(f"host {label(name)}: {key} cannot be rendered: {exc}") from None
     try:
         plugin.set_options(var_options=var_options)
-        return {key: plugin.get_option(key) for key in _SSH_OPTIONS}
+        return {key: plugin.get_option(key) for key in _SSH_OPTIONS}, var_options
     except Exception as exc:
         raise InventoryError(f"host {label(name)}: Ansible's ssh connection options are not usable: {exc}") from None
 
@@ -135,7 +154,7 @@ def load(inventory: str | Path, group: str = "all", limit: str | Sequence[str] |
 
 def host_from_vars(plugin: Any, loader: Any, name: str, hv: Mapping[str, Any]) -> Host:
     """One inventory host from its variables: the ssh plugin's options read with ssh's grammar."""
-    opts = _connection_options(plugin, loader, name, hv)
+    opts, rendered = _connection_options(plugin, loader, name, hv)
     port = opts["port"]
     if port not in (None, "") and not (isinstance(port, int) or (isinstance(port, str) and port_number(port))):
         raise InventoryError(f"host {label(name)}: ansible_port {port!r} is not a port number; fix the inventory")
@@ -157,7 +176,30 @@ def host_from_vars(plugin: Any, loader: Any, name: str, hv: Mapping[str, Any]) -
         user=target.user,
         vars={k: v for k, v in hv.items() if not k.startswith("ansible_") or k == "ansible_host"},
         ssh=target.options,
+        become=become_settings(name, rendered, target.user),
     )
+
+
+def become_settings(name: str, variables: Mapping[str, Any], login_user: str) -> Become:
+    """A host's :class:`Become` from its (rendered) variables, Ansible's configuration and the login user."""
+    from ansible import constants as C
+    from ansible.module_utils.parsing.convert_bool import boolean
+
+    value = variables.get("ansible_become")
+    if value is not None:
+        try:
+            enabled, source = boolean(value, strict=True), "ansible_become"
+        except TypeError:
+            raise InventoryError(
+                f"host {label(name)}: ansible_become {value!r} is not a boolean; write true or false"
+            ) from None
+    elif C.config.get_config_value_and_origin("DEFAULT_BECOME")[1] != "default":
+        enabled, source = bool(C.DEFAULT_BECOME), "ANSIBLE_BECOME / ansible.cfg become"
+    else:
+        enabled, source = login_user != "root", f"the login user ({login_user})"
+    method = variables.get("ansible_become_method") or C.DEFAULT_BECOME_METHOD
+    user = variables.get("ansible_become_user") or C.DEFAULT_BECOME_USER
+    return Become(enabled, str(method), str(user), source)
 
 
 def label(name: str) -> str:

@@ -1670,6 +1670,8 @@ def collect(options=None):
         "duration_ms": None,
         "hostname": socket.gethostname(),
         "python": "%d.%d.%d" % sys.version_info[:3],
+        # Who ran the probe: not 0 means other users' /proc/<pid>/fd were unreadable (no sudo): device users unknown.
+        "euid": os.geteuid(),
     }  # type: Dict[str, Any]
 
     def section(name, fn, *args):

@@ -15,7 +15,8 @@ Operations (``op`` in the request):
 - ``release``: removed when it is ours (``released``); ``not-ours`` / ``absent`` otherwise.
 - ``read``: the current holder, if any, and whether it has expired.
 
-Prints one JSON object on stdout.
+Prints one JSON object on stdout; a lease directory or guard that cannot be created (a non-root user without
+``sudo``) is ``{"result": "error", "error": ...}`` naming the uid and the fix, not a traceback.
 """
 
 import base64
@@ -107,12 +108,26 @@ def handle(req):
     return {"result": "held", "holder": current, "now": now}
 
 
+def _denied(exc):
+    # type: (EnvironmentError) -> str
+    """Why the lease cannot be taken, in one line: a non-root user without escalation is named with the fix."""
+    euid = os.geteuid()
+    if euid != 0:
+        return ("%s: %s: running as uid %d, not root: set ansible_become: true (passwordless sudo) for this host, or"
+                " log in as root" % (exc.filename or LEASE_DIR, exc.strerror or exc, euid))
+    return "%s: %s" % (exc.filename or LEASE_DIR, exc.strerror or exc)
+
+
 def main(argv):
     # type: (List[str]) -> int
     req = json.loads(base64.b64decode(argv[1]).decode("utf-8"))
-    if not os.path.isdir(LEASE_DIR):
-        os.makedirs(LEASE_DIR, 0o755)
-    guard = os.open(GUARD, os.O_RDWR | os.O_CREAT, 0o600)
+    try:
+        if not os.path.isdir(LEASE_DIR):
+            os.makedirs(LEASE_DIR, 0o755)
+        guard = os.open(GUARD, os.O_RDWR | os.O_CREAT, 0o600)
+    except (IOError, OSError) as exc:
+        print(json.dumps({"result": "error", "euid": os.geteuid(), "error": _denied(exc)}))
+        return 0
     try:
         deadline = time.monotonic() + GUARD_WAIT_S
         while True:

@@ -232,7 +232,8 @@ _LEASE_SCRIPT = Path(__file__).with_name("hostlease.py")
 
 @dataclass
 class HostLeases:
-    """The leases one run holds: on which hosts, and which hosts could not be asked (unreachable)."""
+    """The leases one run holds: on which hosts, and which hosts could not be asked (unreachable: not connected or
+    timed out; a host that answered but could not take the lease, e.g. sudo refused, refuses the run instead)."""
 
     run_id: str
     held: list[str] = field(default_factory=list)
@@ -259,8 +260,12 @@ def _lease_answers(hosts: Sequence[Host], command: str, connect_timeout: float, 
     )
     out: dict[str, Any] = {}
     for name, run in runs.runs.items():
-        if run.status is not Status.OK:
+        if run.status in (Status.UNREACHABLE, Status.TIMED_OUT):
             out[name] = None
+            continue
+        if run.status is not Status.OK:  # reached, but the lease program did not run (sudo refused, no python3)
+            last = (run.stderr.strip().splitlines() or [f"exit {run.exit_code}"])[-1][-300:]
+            out[name] = {"result": "error", "error": run.error or last}
             continue
         try:
             out[name] = json.loads(run.stdout.strip().splitlines()[-1])
@@ -297,6 +302,9 @@ def host_leases(
 
     Raises :class:`LockHeldError` (exit 4) naming a host and its holder when another run's lease has not expired;
     the leases this call took are released first. Unreachable hosts are listed, not leased: nobody can change them.
+    A host that was reached but could not take its lease (sudo refused, ``/var/lib/gpufleet`` not writable) is
+    :class:`RestoreError` naming the host and why: it can be changed, so it is never run on without a lease.
+    The lease program runs with the host's privilege escalation (``sudo -n``, see :mod:`remediation.fanout`).
     """
     me = {
         "run_id": run_id,
