@@ -82,6 +82,7 @@ def test_the_audit_lists_the_daemon_as_a_driver_service(fleet: Any) -> None:
     users = {u.pid: u for u in facts.device_users.users}
     assert users[pid].comm == "nvidia-persiste" and users[pid].exe == PERSISTENCED and users[pid].service
     assert facts.device_users.workloads == () and facts.device_users.unreadable == 0
+    assert pid not in {p.pid for g in facts.nvml.gpus for p in g.processes}  # no compute context: NVML omits it
 
 
 def test_an_nvswitch_size_also_runs_the_fabric_manager(fleet: Any) -> None:
