@@ -256,6 +256,16 @@ def _build_native(out: Path) -> dict[str, Path]:
     if proc.returncode != 0:
         raise LabError(f"could not compile lab/native/labinit.c: {proc.stderr.strip()}")
     libs["init"] = init
+    daemon = out / "gpulab-driverd"  # installed as /usr/bin/nvidia-persistenced and nv-fabricmanager
+    proc = subprocess.run(
+        ["gcc", "-O2", "-Wall", "-Werror", "-o", str(daemon), str(NATIVE / "driverd.c")],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    if proc.returncode != 0:
+        raise LabError(f"could not compile lab/native/driverd.c: {proc.stderr.strip()}")
+    libs["driverd"] = daemon
     return libs
 
 
@@ -402,7 +412,7 @@ def ensure_base(cfg: LabConfig) -> Base:
     tmp = Path(tempfile.mkdtemp(prefix=f".base-{key}-", dir=cfg.cache))
     try:
         native = _build_native(tmp / "native")
-        packages.build_repo(tmp / "repo", lambda version: native[version])
+        packages.build_repo(tmp / "repo", lambda version: native[version], native["driverd"])
         for flavour in packages.FLAVOURS:
             root = Base(tmp).root_for(flavour)
             _run(["cp", "-a", "--reflink=auto", str(deboot), str(root)], log, "copying the debootstrap root")

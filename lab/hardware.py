@@ -22,6 +22,19 @@ HW_THERMAL_SLOWDOWN = 0x40
 
 State = dict[str, str]
 
+# Sizes whose GPUs are joined by NVSwitch: they run NVIDIA's fabric manager (nv-fabricmanager) beside the
+# persistence daemon. ND A100 v4, NDm A100 v4, ND H100 v5, ND H200 v5 and ND GB200 v6 (HGX/NVL boards); not NDv2
+# (V100 NVLink hybrid cube mesh, no NVSwitch) nor ND MI300X v5 (AMD).
+NVSWITCH_SIZES = frozenset(
+    (
+        "Standard_ND96asr_v4",
+        "Standard_ND96amsr_A100_v4",
+        "Standard_ND96isr_H100_v5",
+        "Standard_ND96isr_H200_v5",
+        "Standard_ND128isr_NDR_GB200_v6",
+    )
+)
+
 
 def size_of(sku: str) -> VmSize:
     size = SIZES.get(sku)
@@ -35,6 +48,7 @@ def healthy_state(host: str, sku: str) -> State:
     size = size_of(sku)
     gpu = size.nvml
     state: State = {"sku": sku, "hang": "0", "gpu_count": str(size.gpu_count)}
+    state["nvswitch"] = "1" if sku in NVSWITCH_SIZES else "0"  # the driver package starts nv-fabricmanager on 1
     for i in range(size.gpu_count):
         p = f"gpu.{i}."
         total = gpu.memory_mib * 1024 * 1024

@@ -423,7 +423,34 @@ def tool_packages() -> list[Package]:
     ]
 
 
-def driver_packages(upstream: str, libnvml: Path, pocket: str) -> list[Package]:
+# The driver daemons' start script (sysvinit, as the lab's hosts run: /etc/rc2.d/S* at boot). Like Ubuntu's
+# nvidia-persistenced.service it does nothing without the loaded module's devices; the fabric manager runs only on
+# sizes with NVSwitch (``nvswitch=1`` in the host's hardware file, lab/hardware.py). Safe to run again (the lab
+# re-runs the start scripts to bring sshd back): a daemon already running is left alone.
+DRIVER_DAEMONS_INIT = _sh(
+    """
+### BEGIN INIT INFO
+# Provides:          nvidia-persistenced nv-fabricmanager
+# Short-Description: NVIDIA persistence daemon (and fabric manager on NVSwitch sizes): gpulab stand-ins
+### END INIT INFO
+[ "$1" = start ] || exit 0
+[ -e /dev/nvidiactl ] || exit 0
+start() {
+    pid=$(cat "/run/$1/$1.pid" 2>/dev/null || true)
+    if [ -n "$pid" ]; then
+        case "$(readlink "/proc/$pid/exe" 2>/dev/null || true)" in "/usr/bin/$1"*) return 0 ;; esac
+    fi
+    "/usr/bin/$1" </dev/null >/dev/null 2>&1 &
+}
+start nvidia-persistenced
+if grep -qx 'nvswitch=1' /run/gpulab/hw/gpus 2>/dev/null; then start nv-fabricmanager; fi
+exit 0
+"""
+)
+
+
+def driver_packages(upstream: str, libnvml: Path, pocket: str, daemon: Path) -> list[Package]:
+    """The driver's packages; ``daemon``: lab/native/driverd.c built, installed as the driver's daemons."""
     ver = driver_version(upstream)
     branch = DRIVER_BRANCH
     libdir = "/usr/lib/x86_64-linux-gnu"
@@ -472,10 +499,23 @@ esac
             version=ver,
             pocket=pocket,
             section="utils",
-            description="NVIDIA driver support binaries (nvidia-smi)",
+            # Ubuntu ships the daemons in nvidia-compute-utils-<branch> (persistenced) and
+            # nvidia-fabricmanager-<branch>; the lab folds them into its one utils package.
+            description="NVIDIA driver support binaries (nvidia-smi, nvidia-persistenced, nv-fabricmanager)",
             depends=(f"libnvidia-compute-{branch} (= {ver})",),
-            files={"/usr/bin/nvidia-smi": HOSTFILES / "nvidia-smi"},
-            executables=("/usr/bin/nvidia-smi",),
+            files={
+                "/usr/bin/nvidia-smi": HOSTFILES / "nvidia-smi",
+                "/usr/bin/nvidia-persistenced": daemon,
+                "/usr/bin/nv-fabricmanager": daemon,
+                "/etc/init.d/nvidia-persistenced": DRIVER_DAEMONS_INIT,
+            },
+            links={"/etc/rc2.d/S02nvidia-persistenced": "../init.d/nvidia-persistenced"},
+            executables=(
+                "/usr/bin/nvidia-smi",
+                "/usr/bin/nvidia-persistenced",
+                "/usr/bin/nv-fabricmanager",
+                "/etc/init.d/nvidia-persistenced",
+            ),
         ),
         Package(
             name=f"nvidia-driver-{branch}",
@@ -515,12 +555,12 @@ def agent_packages() -> list[Package]:
     ]
 
 
-def all_packages(libnvml_for: Callable[[str], Path]) -> list[Package]:
+def all_packages(libnvml_for: Callable[[str], Path], daemon: Path) -> list[Package]:
     pkgs: list[Package] = [dkms_package(), grub_package(), *tool_packages(), *agent_packages()]
     for k in ALL_KERNELS:
         pkgs += kernel_packages(k.release) + kernel_meta_packages(k.release)
     for upstream, pocket in zip(DRIVERS, DRIVER_POCKETS, strict=True):
-        pkgs += driver_packages(upstream, libnvml_for(upstream), pocket)
+        pkgs += driver_packages(upstream, libnvml_for(upstream), pocket, daemon)
         for k in ALL_KERNELS:
             pkgs += signed_module_packages(k.release, upstream, pocket)
     return pkgs
@@ -616,14 +656,15 @@ def write_index(pocket_dir: Path, suite: str, debs: Iterable[Path]) -> None:
     os.replace(tmp, pocket_dir / "Release")
 
 
-def build_repo(repo_dir: Path, libnvml_for: Callable[[str], Path]) -> dict[str, list[Path]]:
-    """Build every package into ``repo_dir/<pocket>/`` and index each pocket."""
+def build_repo(repo_dir: Path, libnvml_for: Callable[[str], Path], daemon: Path) -> dict[str, list[Path]]:
+    """Build every package into ``repo_dir/<pocket>/`` and index each pocket (``daemon``: the driver daemons'
+    program, lab/native/driverd.c)."""
     if shutil.which("dpkg-deb") is None:
         raise LabError("dpkg-deb not found: install Debian's dpkg (the README's setup command does)")
     built: dict[str, list[Path]] = {p: [] for p in POCKETS}
     for pocket in POCKETS:
         (repo_dir / pocket).mkdir(parents=True, exist_ok=True)
-    for pkg in all_packages(libnvml_for):
+    for pkg in all_packages(libnvml_for, daemon):
         built[pkg.pocket].append(build_deb(pkg, repo_dir / pkg.pocket))
     for pocket, suite in POCKETS.items():
         write_index(repo_dir / pocket, suite, built[pocket])

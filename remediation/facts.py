@@ -338,21 +338,23 @@ class DeviceUser:
     """A process holding NVIDIA device files open (``/dev/nvidia*``), read from ``/proc`` without NVML."""
 
     pid: int
-    comm: str | None
+    comm: str | None  # /proc/<pid>/comm: at most 15 characters ("nvidia-persiste")
     devices: tuple[str, ...]
     gpus: tuple[int, ...]
-    service: bool  # a driver service (persistenced, fabric manager, DCGM), not a workload
+    service: bool  # a driver service (persistenced, fabric manager, DCGM) by its executable, not a workload
+    exe: str | None = None  # basename of the executable (exe link, else argv[0]); None: unknown or an older probe
 
     @property
     def label(self) -> str:
         where = ", ".join(f"GPU {g}" for g in self.gpus) or ", ".join(self.devices)
-        return f"pid {self.pid} ({self.comm or '?'}) holds {where}"
+        return f"pid {self.pid} ({self.comm or self.exe or '?'}) holds {where}"
 
 
 @dataclass(frozen=True)
 class DeviceUsers:
     users: tuple[DeviceUser, ...] = ()
     available: bool = False  # False: the probe did not read /proc (older probe, section failed)
+    unreadable: int = 0  # processes whose descriptors the probe was not allowed to read (a probe without root)
 
     @property
     def workloads(self) -> tuple[DeviceUser, ...]:
@@ -765,9 +767,11 @@ def _device_users(r: _Reader, present: bool) -> DeviceUsers:
                 devices=u.strings("devices"),
                 gpus=tuple(int(g) for g in u.objects("gpus") if isinstance(g, int) and not isinstance(g, bool)),
                 service=bool(u.opt_bool("service")),
+                exe=u.opt_str("exe"),
             )
         )
-    return DeviceUsers(tuple(users), available=present)
+    unreadable = r.opt_int("unreadable")
+    return DeviceUsers(tuple(users), available=present, unreadable=max(unreadable or 0, 0))
 
 
 def _dpkg_lock(r: _Reader) -> DpkgLock:

@@ -1288,7 +1288,9 @@ API nvmlReturn_t nvmlDeviceGetRemappedRows(nvmlDevice_t device, unsigned int *co
 /* ---- processes ------------------------------------------------------------------------------------ */
 #define GPULAB_JOB_BYTES (2048ull * MiB)
 
-/* Processes holding /dev/nvidia<index> open, appended to list[*n] unless already there (at most max). */
+/* Processes with a compute context on GPU <index>: holding /dev/nvidia<index> and /dev/nvidia-uvm open (CUDA
+ * opens both), appended to list[*n] unless already there (at most max). The driver daemons (nvidia-persistenced,
+ * nv-fabricmanager) hold the device files without a context and without nvidia-uvm: NVML does not list them. */
 static void device_holders(unsigned int index, struct gpulab_proc *list, unsigned int *n, unsigned int max)
 {
     char want[32], fddir[64], link[320], target[64];
@@ -1298,7 +1300,7 @@ static void device_holders(unsigned int index, struct gpulab_proc *list, unsigne
     if (!proc)
         return;
     while ((e = readdir(proc)) && *n < max) {
-        unsigned int pid, k, dup = 0;
+        unsigned int pid, k, dup = 0, held;
         DIR *fds;
         struct dirent *f;
         if (!isdigit((unsigned char)e->d_name[0]))
@@ -1312,6 +1314,7 @@ static void device_holders(unsigned int index, struct gpulab_proc *list, unsigne
         snprintf(fddir, sizeof(fddir), "/proc/%u/fd", pid);
         if (!(fds = opendir(fddir)))
             continue;
+        held = 0;
         while ((f = readdir(fds))) {
             ssize_t len;
             if (f->d_name[0] == '.')
@@ -1321,15 +1324,18 @@ static void device_holders(unsigned int index, struct gpulab_proc *list, unsigne
             if (len <= 0)
                 continue;
             target[len] = '\0';
-            if (!strcmp(target, want)) {
-                list[*n].pid = pid;
-                list[*n].used = GPULAB_JOB_BYTES;
-                list[*n].name[0] = '\0';
-                (*n)++;
-                break;
-            }
+            if (!strcmp(target, want))
+                held |= 1;
+            else if (!strcmp(target, "/dev/nvidia-uvm"))
+                held |= 2;
         }
         closedir(fds);
+        if (held == 3) {
+            list[*n].pid = pid;
+            list[*n].used = GPULAB_JOB_BYTES;
+            list[*n].name[0] = '\0';
+            (*n)++;
+        }
     }
     closedir(proc);
 }

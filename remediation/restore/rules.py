@@ -223,6 +223,23 @@ def _gpu_processes(facts: HostFacts) -> list[str]:
     return out
 
 
+def _cannot_tell(facts: HostFacts) -> str | None:
+    """Why the host's GPU work is unknown while NVML fails (the /proc scan is then the only witness), or None."""
+    users = facts.device_users
+    if facts.unprivileged:
+        return (f"cannot tell whether GPU jobs run: NVML failed and the probe ran as uid {facts.euid} without sudo, so "
+                "other users' processes were invisible to it (set ansible_become: true for this host, or pass --force "
+                "to restore anyway)")
+    if not users.available:
+        return ("cannot tell whether GPU jobs run: NVML failed and the probe could not list the processes holding "
+                "/dev/nvidia* (update the probe, or pass --force to restore anyway)")
+    if users.unreadable > 0:
+        return (f"cannot tell whether GPU jobs run: NVML failed and the probe could not read the open files of "
+                f"{users.unreadable} processes (run the probe as root, or with sudo, or pass --force "
+                "to restore anyway)")
+    return None
+
+
 def _installed_debian_version(facts: HostFacts, package: str | None) -> str | None:
     if package is None:
         return None
@@ -466,11 +483,8 @@ def decide(
     procs = _gpu_processes(facts)
     if blocked is None and procs and not force:
         blocked = "GPU compute processes running (" + "; ".join(procs[:4]) + "): pass --force to restore anyway"
-    if blocked is None and not force and facts.nvml.failed and not facts.device_users.available:
-        blocked = (
-            "cannot tell whether GPU jobs run: NVML failed and the probe could not list the processes holding "
-            "/dev/nvidia* (update the probe, or pass --force to restore anyway)"
-        )
+    if blocked is None and not force and facts.nvml.failed:
+        blocked = _cannot_tell(facts)
     if blocked is not None:
         return replace(decision, blocked=blocked)
     return decision

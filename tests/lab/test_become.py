@@ -114,6 +114,7 @@ def test_without_become_the_probe_says_so_and_the_guard_refuses(fleet: Any, tmp_
         o = result.outcome("gpu-1")
         assert o.decision.action is Action.REBOOT and o.status is HostStatus.LEFT_ALONE, o
         assert o.decision.blocked is not None and "cannot tell whether GPU jobs run" in o.decision.blocked
+        assert "ansible_become: true" in o.decision.blocked
         assert fleet.boot_id("gpu-1") == boot
     finally:
         fleet.clear("gpu-1")

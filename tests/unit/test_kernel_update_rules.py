@@ -97,3 +97,17 @@ def test_options_are_checked_before_anything_runs() -> None:
         KernelUpdateOptions(module_source="sideways").validate()
     with pytest.raises(KernelUpdateError, match="--batch 0"):
         KernelUpdateOptions(batch=0).validate()
+
+
+def test_driver_daemons_are_not_gpu_work_but_jobs_are(tmp_path: Path) -> None:
+    facts = _facts(tmp_path, secure_boot=False)
+    daemon = {"pid": 812, "comm": "nvidia-persiste", "exe": "nvidia-persistenced", "devices": ["/dev/nvidia0",
+              "/dev/nvidiactl"], "gpus": [0], "service": True}
+    job = {"pid": 3121, "comm": "python3", "exe": "python3.10", "devices": ["/dev/nvidia0"], "gpus": [0],
+           "service": False}
+    doc = dict(facts.raw)
+    doc["device_users"] = {"users": [daemon], "unreadable": 0}
+    assert _plan(facts_from_dict(doc, host="h")).changes_host
+    doc["device_users"] = {"users": [daemon, job], "unreadable": 0}
+    p = _plan(facts_from_dict(doc, host="h"))
+    assert not p.changes_host and "pid 3121 (python3) holds GPU 0" in (p.blocked or "")

@@ -328,17 +328,20 @@ def test_processes_holding_nvidia_devices_are_listed_without_nvml(tmp_path: Path
     """/proc/<pid>/fd links to /dev/nvidia*: a job (listed, with its GPUs), a driver service (marked), others not."""
     root = tmp_path / "host"
 
-    def proc(pid: int, comm: str, fds: dict[str, str], ppid: int = 1) -> None:
+    def proc(pid: int, exe: str, fds: dict[str, str], ppid: int = 1) -> None:
         d = root / "proc" / str(pid)
         (d / "fd").mkdir(parents=True)
+        comm = exe.rsplit("/", 1)[-1][:15]  # the kernel keeps 15 characters of the executable's name
         (d / "comm").write_text(comm + "\n")
         (d / "stat").write_text(f"{pid} ({comm}) S {ppid} {pid} {pid} 0 -1\n")
+        (d / "exe").symlink_to(exe)
         for fd, target in fds.items():
             (d / "fd" / fd).symlink_to(target)
 
-    proc(3121, "python3", {"0": "/dev/null", "5": "/dev/nvidiactl", "6": "/dev/nvidia-uvm", "7": "/dev/nvidia1"})
-    proc(812, "nvidia-persistenced", {"3": "/dev/nvidiactl", "4": "/dev/nvidia0", "5": "/dev/nvidia1"})
-    proc(900, "sshd", {"3": "socket:[1234]", "4": "/dev/nvidia-not-a-device/x"})
+    job = {"0": "/dev/null", "5": "/dev/nvidiactl", "6": "/dev/nvidia-uvm", "7": "/dev/nvidia1"}
+    proc(3121, "/usr/bin/python3", job)
+    proc(812, "/usr/bin/nvidia-persistenced", {"3": "/dev/nvidiactl", "4": "/dev/nvidia0", "5": "/dev/nvidia1"})
+    proc(900, "/usr/sbin/sshd", {"3": "socket:[1234]", "4": "/dev/nvidia-not-a-device/x"})
     (root / "proc" / "self").mkdir()
     doc = run_probe("--root", str(root), "--skip-nvml")
     users = {u["pid"]: u for u in doc["device_users"]["users"]}
@@ -346,10 +349,12 @@ def test_processes_holding_nvidia_devices_are_listed_without_nvml(tmp_path: Path
     assert users[3121] == {
         "pid": 3121,
         "comm": "python3",
+        "exe": "python3",
         "devices": ["/dev/nvidia-uvm", "/dev/nvidia1", "/dev/nvidiactl"],
         "gpus": [1],
         "service": False,
     }
+    assert users[812]["comm"] == "nvidia-persiste" and users[812]["exe"] == "nvidia-persistenced"
     assert users[812]["service"] is True and users[812]["gpus"] == [0, 1]
 
 

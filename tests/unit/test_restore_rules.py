@@ -141,3 +141,44 @@ def test_driver_not_installed_installs_expected_version_or_refuses_without_one()
 def test_not_probed_is_left_alone() -> None:
     d = decide("h", None, (), VARS, not_probed="unreachable: connection refused")
     assert d.action is Action.SKIP and d.blocked == "unreachable: connection refused"
+
+
+def _mismatch_unreadable(users: list[dict[str, Any]], unreadable: int) -> dict[str, Any]:
+    doc = _mismatch_with(users)
+    doc["device_users"]["unreadable"] = unreadable
+    return doc
+
+
+def test_nvml_down_and_unreadable_descriptors_is_cannot_tell_and_refused() -> None:
+    # The probe ran without root: other users' /proc/<pid>/fd are closed to it, so "no job seen" proves nothing.
+    d = _decide(_mismatch_unreadable([], 187), MISMATCH_VARS)
+    assert not d.changes_host
+    why = d.blocked or ""
+    assert "cannot tell whether GPU jobs run" in why and "187" in why
+    assert "root" in why and "--force" in why
+    assert _decide(_mismatch_unreadable([], 187), MISMATCH_VARS, force=True).changes_host
+
+
+def test_a_probe_run_without_sudo_is_cannot_tell_and_names_ansible_become() -> None:
+    # The real H200 showed it: as an unprivileged user the scan sees no user at all while a job holds 8 GiB.
+    doc = _mismatch_unreadable([], 0)
+    doc["euid"] = 1000
+    d = _decide(doc, MISMATCH_VARS)
+    why = d.blocked or ""
+    assert not d.changes_host and "uid 1000" in why and "ansible_become: true" in why
+    doc["euid"] = 0
+    assert "cannot tell" not in (_decide(doc, MISMATCH_VARS).blocked or "")
+
+
+def test_unreadable_descriptors_do_not_block_while_nvml_answers() -> None:
+    # NVML lists the compute processes itself when it answers: the /proc scan is only its stand-in.
+    doc = copy.deepcopy(_healthy())
+    doc["device_users"] = {"users": [], "unreadable": 187, "truncated": False}
+    assert "cannot tell" not in (_decide(doc).blocked or "")
+
+
+def test_the_persistence_daemon_as_the_probe_reports_it_does_not_block() -> None:
+    # What a real host shows: comm cut to 15 characters, the executable's name in full.
+    daemon = {"pid": 812, "comm": "nvidia-persiste", "exe": "nvidia-persistenced", "devices": ["/dev/nvidia0",
+              "/dev/nvidiactl"], "gpus": [0], "service": True}
+    assert _decide(_mismatch_unreadable([daemon], 0), MISMATCH_VARS).changes_host
