@@ -26,8 +26,8 @@ DEPENDENCIES = {Requirement(d).name: Requirement(d) for d in PYPROJECT["project"
 EE = yaml.safe_load((ROOT / "execution-environment.yml").read_text())
 PROBE = ROOT / "remediation" / "probe" / "gpuprobe.py"
 # The collection, and nothing else of the project, at the top of the tarball.
-TOP_LEVEL = {"MANIFEST.json", "FILES.json", "README.md", "CHANGELOG.md", "SECURITY.md", "requirements.txt", "bindep.txt",
-             "meta", "roles", "playbooks", "plugins", "docs", "remediation"}
+TOP_LEVEL = {"MANIFEST.json", "FILES.json", "README.md", "CHANGELOG.md", "SECURITY.md", "requirements.txt",
+             "bindep.txt", "meta", "roles", "playbooks", "plugins", "docs", "remediation"}
 
 
 def same_specifiers(a: str, b: str) -> bool:
