@@ -246,27 +246,23 @@ def _build_native(out: Path) -> dict[str, Path]:
             raise LabError(str(exc).splitlines()[0]) from exc
         libs[version] = built["nvml"]
         libs["uname"] = built["uname_preload"]
-    init = out / "gpulab-init"
-    proc = subprocess.run(
-        ["gcc", "-O2", "-Wall", "-Werror", "-o", str(init), str(NATIVE / "labinit.c")],
-        capture_output=True,
-        text=True,
-        check=False,
-    )
-    if proc.returncode != 0:
-        raise LabError(f"could not compile lab/native/labinit.c: {proc.stderr.strip()}")
-    libs["init"] = init
-    daemon = out / "gpulab-driverd"  # installed as /usr/bin/nvidia-persistenced and nv-fabricmanager
-    proc = subprocess.run(
-        ["gcc", "-O2", "-Wall", "-Werror", "-o", str(daemon), str(NATIVE / "driverd.c")],
-        capture_output=True,
-        text=True,
-        check=False,
-    )
-    if proc.returncode != 0:
-        raise LabError(f"could not compile lab/native/driverd.c: {proc.stderr.strip()}")
-    libs["driverd"] = daemon
+    libs["init"] = _compile_program(out / "gpulab-init", "labinit.c")
+    # installed as /usr/bin/nvidia-persistenced and nv-fabricmanager
+    libs["driverd"] = _compile_program(out / "gpulab-driverd", "driverd.c")
     return libs
+
+
+def _compile_program(target: Path, source: str) -> Path:
+    """One of the lab's small C programs (lab/native/SOURCE) built into ``target``."""
+    proc = subprocess.run(
+        ["gcc", "-O2", "-Wall", "-Werror", "-o", str(target), str(NATIVE / source)],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    if proc.returncode != 0:
+        raise LabError(f"could not compile lab/native/{source}: {proc.stderr.strip()}")
+    return target
 
 
 CUSTOMIZE = r"""
