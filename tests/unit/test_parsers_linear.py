@@ -35,6 +35,9 @@ from remediation.train.settings import TrainSettings
 
 SIZE = 1 << 20
 LIMIT_S = 2.0
+#: diagnose with the kind detected scores the text with every kind, then parses it: several passes, still linear
+#: (a quadratic pass over 1 MiB takes minutes, not seconds)
+COMPOSITE_LIMIT_S = 5.0
 
 # Runs of one character class, and two-character alternations (what ``(?:\s*\|)+`` or ``\d+\s*/`` feed on).
 UNITS = (
@@ -118,7 +121,7 @@ def test_entry_point_is_linear_on_adversarial_text(name: str, entry: Callable[[s
         with contextlib.suppress(RemediationError):
             entry(doc)
         spent = time.process_time() - start
-        if spent >= LIMIT_S:
+        if spent >= (COMPOSITE_LIMIT_S if name == "diagnose(auto)" else LIMIT_S):
             slow.append(f"{doc_name}: {spent:.1f} s")
     assert not slow, f"{name} is not linear: {slow}"
 
