@@ -205,6 +205,59 @@ def _connection(ep: _Endpoint, connect_timeout: float, sock: Any = None) -> Any:
     return conn
 
 
+#: How long a connection run over a bastion's channel gets to stop its own thread before the channel is closed.
+TUNNEL_JOIN_S = 5.0
+
+
+class _Tunnel:
+    """A ``direct-tcpip`` channel as the socket of the SSH connection run over it.
+
+    Paramiko's ``Transport.close()`` closes its socket without waiting for its own thread, which may still be
+    writing (the CLOSE it answers to the server's CLOSE of the last session). On a channel that would be a data
+    packet after the channel's CLOSE, and OpenSSH answers that by dropping the whole bastion connection ("data
+    packet referred to nonexistent channel"), cutting every other host behind the bastion mid-run. So the
+    transport's ``close()`` of this socket does nothing; :func:`_close` stops the transport, waits for its thread
+    (at most :data:`TUNNEL_JOIN_S`), then closes the channel."""
+
+    def __init__(self, channel: Any) -> None:
+        self.channel = channel
+
+    def __getattr__(self, name: str) -> Any:  # send, recv, settimeout, ...: the channel's own
+        return getattr(self.channel, name)
+
+    def close(self) -> None:
+        """Left to :meth:`shut`: called by the transport while its thread may still write."""
+
+    def shut(self, transport: Any = None) -> None:
+        if transport is not None and transport is not threading.current_thread():
+            with contextlib.suppress(Exception):
+                transport.join(TUNNEL_JOIN_S)
+        with contextlib.suppress(Exception):
+            self.channel.close()
+
+
+def _shut(sock: Any) -> None:
+    """Close a connection's socket that was never handed to a transport (a failed connect)."""
+    with contextlib.suppress(Exception):
+        if isinstance(sock, _Tunnel):
+            sock.shut()
+        elif sock is not None:
+            sock.close()
+
+
+def _close(conn: Any) -> None:
+    """Close a Fabric connection; one run over a bastion's channel closes that channel only once its transport's
+    thread has stopped (:class:`_Tunnel`)."""
+    transport = None
+    with contextlib.suppress(Exception):
+        transport = conn.client.get_transport()
+    with contextlib.suppress(Exception):
+        conn.close()
+    sock = getattr(transport, "sock", None)
+    if isinstance(sock, _Tunnel):
+        sock.shut(transport)
+
+
 class Gateways:
     """ProxyJump hops, opened once per fan-out and shared by every host behind them (one SSH connection to a
     bastion, one ``direct-tcpip`` channel per host: a bastion's MaxStartups is not hit by the fleet's size).
@@ -226,9 +279,9 @@ class Gateways:
         if transport is None or not transport.is_active():
             raise GatewayError(f"{label}: connection lost")
         try:
-            return transport.open_channel(
+            return _Tunnel(transport.open_channel(
                 "direct-tcpip", dest_addr=dest, src_addr=("", 0), timeout=self.connect_timeout
-            )
+            ))
         except Exception as exc:
             raise GatewayError(f"{label} could not reach {dest[0]}:{dest[1]}: {_describe(exc)}") from None
 
@@ -247,10 +300,9 @@ class Gateways:
                 conn = _connection(ep, self.connect_timeout, sock)
                 conn.open()
             except BaseException as exc:
-                for thing in (conn, sock):
-                    if thing is not None:
-                        with contextlib.suppress(Exception):
-                            thing.close()
+                if conn is not None:
+                    _close(conn)
+                _shut(sock)
                 self._record(chain, ep, exc)
                 raise self._error(chain, exc) from None
             self._open[chain] = conn
@@ -268,8 +320,7 @@ class Gateways:
 
     def close(self) -> None:
         for conn in reversed(self._order):  # the farthest hop first: it runs over a channel of the one before
-            with contextlib.suppress(Exception):
-                conn.close()
+            _close(conn)
         self._order.clear()
         self._open.clear()
 
@@ -299,12 +350,9 @@ def _open_target(host: Host, connect_timeout: float, gateways: Gateways) -> Any:
         conn.open()
     except BaseException:
         # A failed connect must not leave a ProxyCommand process running or a channel open on the bastion.
-        with contextlib.suppress(Exception):
-            if conn is not None:
-                conn.close()
-        with contextlib.suppress(Exception):
-            if sock is not None:
-                sock.close()
+        if conn is not None:
+            _close(conn)
+        _shut(sock)
         raise
     return conn
 
@@ -489,8 +537,7 @@ def run_one(
         return HostRun(host.name, Status.FAILED, None, "", "", elapsed, _describe(exc))
     finally:
         if conn is not None:
-            with contextlib.suppress(Exception):  # closing a broken connection must not mask the result
-                conn.close()
+            _close(conn)  # closing a broken connection must not mask the result
         if own:
             hops.close()
 

@@ -196,13 +196,33 @@ def test_agent_held_encrypted_key_system_known_hosts_and_the_bastion(fleet: Flee
     result = run(fleet)
     expected = {h.name: h.vars["expected"] for h in load(fleet.inventory, "fleet")}
     for name, host_run in result.runs.items():
-        assert host_run.status is Status.OK, (name, host_run.error)
+        assert host_run.status is Status.OK, (name, host_run)
         assert host_run.stdout.strip() == expected[name]
     # Through the bastion: one channel per host behind it (the two ProxyJump hosts share one bastion
     # connection; the ProxyCommand host has its own ssh -W); the chain's channel goes to its second hop, gpu-3.
     # The hosts on gpu-3 were reached directly.
     assert channels_to(fleet, "gpu-2") - before["gpu-2"] == 3
     assert channels_to(fleet, "gpu-3") - before["gpu-3"] == 1
+
+
+def test_many_hosts_behind_one_bastion_finish_without_cutting_each_other_off(
+    fleet: Fleet, env: pytest.MonkeyPatch
+) -> None:
+    """Hosts behind one bastion share its connection; each one that finishes closes its channel. A packet sent on
+    a channel the bastion has already freed makes OpenSSH drop the whole bastion connection ("packet referred to
+    nonexistent channel"), and with it every host still in flight: the fan-out must never send one."""
+    strict = f"-o UserKnownHostsFile={fleet.inv_known} -o StrictHostKeyChecking=yes"
+    hosts = {f"behind-{i:02d}": {"ansible_host": fleet.addr["gpu-2"], "ansible_ssh_common_args": strict,
+                                 "ansible_ssh_extra_args": f"-J root@{fleet.addr['gpu-1']}"} for i in range(16)}
+    doc = {"all": {"children": {"fleet": {"hosts": hosts, "vars": {"ansible_user": "root"}}}}}
+    inventory = fleet.tmp / "behind.yml"
+    inventory.write_text(yaml.safe_dump(doc, sort_keys=False))
+    for _ in range(3):
+        result = run(fleet, inventory=inventory)
+        bad = {n: (r.status.value, r.exit_code, r.error) for n, r in result.runs.items() if r.status is not Status.OK}
+        assert not bad
+        assert {r.stdout.strip() for r in result.runs.values()} == {"gpu-2"}
+    assert remote(fleet.lab, "gpu-1", f"grep -c 'nonexistent channel' {BASTION_LOG} || true").strip() == "0"
 
 
 def test_without_the_agent_an_encrypted_key_needs_its_passphrase_file(fleet: Fleet, env: pytest.MonkeyPatch) -> None:
