@@ -62,7 +62,8 @@ def time_pssh(lab: Lab, names: list[str], probe: bytes, options: AuditOptions) -
             f"-F {lab.paths.ssh_config}",
             "-o",
             str(out),
-            probe_command(options),
+            # The same escalation the fan-out adds for a non-root login (azureuser): sudo -n in front.
+            "sudo -n " + probe_command(options),
         ]
         t0 = time.monotonic()
         proc = subprocess.run(cmd, input=probe, capture_output=True, check=False)

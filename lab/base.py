@@ -30,7 +30,7 @@ from pathlib import Path
 from remediation.errors import LabError
 
 from . import packages
-from .config import LabConfig
+from .config import LOGIN_UID, LOGIN_USER, LabConfig
 
 LAB_DIR = Path(__file__).resolve().parent
 NATIVE = LAB_DIR / "native"
@@ -38,7 +38,7 @@ HOSTFILES = LAB_DIR / "hostfiles"
 # sudo: Azure images log in as azureuser and escalate with sudo; the lab's tests of that need the real one.
 DEBOOTSTRAP_INCLUDE = ("openssh-server", "python3", "apt-utils", "unattended-upgrades", "cron", "procps", "sudo")
 REPO_MOUNT = "/srv/gpulab-repo"
-BASE_FORMAT = "3"
+BASE_FORMAT = "4"
 
 ETC_DEFAULT_GRUB = """\
 # If you change this file, run 'update-grub' afterwards to update
@@ -338,6 +338,12 @@ def _customize(root: Path, repo: Path, native: dict[str, Path], log: Path, flavo
     _run(["chroot", str(root), "update-grub"], log, f"update-grub in the {flavour} base")
 
 
+def _run_chroot(root: Path, argv: list[str]) -> None:
+    proc = subprocess.run(["chroot", str(root), *argv], capture_output=True, text=True, check=False)
+    if proc.returncode != 0:
+        raise LabError(f"lab base: {' '.join(argv)} failed in the base (exit {proc.returncode}): {proc.stderr.strip()}")
+
+
 def _put(root: Path, dest: str, src: Path | str, mode: int = 0o644) -> None:
     target = root / dest.lstrip("/")
     target.parent.mkdir(parents=True, exist_ok=True)
@@ -359,6 +365,14 @@ def _install_lab_files(root: Path, native: dict[str, Path]) -> None:
             link.unlink()
         link.symlink_to("gpulab-power")
     _put(root, "/usr/bin/dmesg", HOSTFILES / "dmesg", 0o755)
+    # The login user an Azure Ubuntu image has (cloud-init's default user): its own group, adm and sudo, no
+    # password ('*': sshd without PAM refuses a locked '!' account, an image's sshd with PAM does not), and
+    # cloud-init's sudoers rule. Its authorized_keys is written per host (lab/control.py).
+    _run_chroot(root, ["useradd", "-m", "-u", str(LOGIN_UID), "-U", "-G", "adm,sudo", "-s", "/bin/bash",
+                       "-c", "", LOGIN_USER])
+    _run_chroot(root, ["usermod", "-p", "*", LOGIN_USER])
+    _put(root, "/etc/sudoers.d/90-cloud-init-users",
+         f"# Created by cloud-init\n\n# User rules for {LOGIN_USER}\n{LOGIN_USER} ALL=(ALL) NOPASSWD:ALL\n", 0o440)
     # The host's own notion of its booted kernel for uname(2) callers.
     _put(root, "/usr/lib/gpulab/libgpulab-uname.so", native["uname"], 0o755)
     _put(root, "/etc/ld.so.preload", "/usr/lib/gpulab/libgpulab-uname.so\n")

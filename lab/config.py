@@ -41,6 +41,12 @@ def test_prefix(prefix: str) -> str:
     return f"{first}.{int(net)}.{third}"
 
 
+#: The login user of every lab host, as on an Azure Ubuntu image: key-only, passwordless sudo (cloud-init's
+#: ``90-cloud-init-users`` rule); root's key only prints cloud-init's "Please login as the user" and exits 142.
+LOGIN_USER = "azureuser"
+LOGIN_UID = 1000
+
+
 @dataclass(frozen=True)
 class LabConfig:
     state_dir: Path = Path(".lab")

@@ -24,9 +24,14 @@ from remediation.errors import LabError
 
 from . import hardware, inventory, packages
 from .base import Base, ensure_base
-from .config import MAX_HOSTS, LabConfig, LabPaths
+from .config import LOGIN_UID, LOGIN_USER, MAX_HOSTS, LabConfig, LabPaths
 
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
+#: What cloud-init (disable_root: true, Ubuntu's default) puts before root's key: a root login prints this and exits.
+ROOT_KEY_OPTIONS = (
+    'no-port-forwarding,no-agent-forwarding,no-X11-forwarding,command="echo \'Please login as the user \\"{user}\\"'
+    ' rather than the user \\"root\\".\';echo;sleep 10;exit 142"'
+)
 
 
 @dataclass(frozen=True)
@@ -234,10 +239,21 @@ class Lab:
             dst = up / "etc/ssh" / src.name
             shutil.copyfile(src, dst)
             dst.chmod(0o600 if not suffix else 0o644)
+        key = self.paths.client_key.with_suffix(".pub").read_text().strip()
+        # The login user's key, as cloud-init writes it from the VM's admin SSH key.
+        home = up / "home" / LOGIN_USER
+        for path, mode in ((home, 0o750), (home / ".ssh", 0o700)):
+            path.mkdir(parents=True, exist_ok=True)
+            path.chmod(mode)
+            os.chown(path, LOGIN_UID, LOGIN_UID)
+        (home / ".ssh/authorized_keys").write_text(key + "\n")
+        (home / ".ssh/authorized_keys").chmod(0o600)
+        os.chown(home / ".ssh/authorized_keys", LOGIN_UID, LOGIN_UID)
+        # Root: cloud-init's disable_root: the same key, forced to a message and exit 142 (no forwarding either).
         ssh = up / "root/.ssh"
         ssh.mkdir(parents=True)
         ssh.chmod(0o700)
-        shutil.copyfile(self.paths.client_key.with_suffix(".pub"), ssh / "authorized_keys")
+        (ssh / "authorized_keys").write_text(ROOT_KEY_OPTIONS.format(user=LOGIN_USER) + " " + key + "\n")
         (ssh / "authorized_keys").chmod(0o600)
 
     def set_firmware(self, name: str, secure_boot: bool) -> None:

@@ -19,7 +19,7 @@ import yaml
 from remediation.skus import expected_gpu_count
 
 from . import packages
-from .config import LabConfig, LabPaths
+from .config import LOGIN_USER, LabConfig, LabPaths
 
 
 @dataclass(frozen=True)
@@ -34,7 +34,9 @@ def host_vars(cfg: LabConfig, paths: LabPaths, host: LabHost) -> dict[str, objec
     return {
         "ansible_host": host.address,
         "ansible_port": 22,
-        "ansible_user": "root",
+        # Azure images: log in as the image's user, escalate with sudo (passwordless, cloud-init's rule).
+        "ansible_user": LOGIN_USER,
+        "ansible_become": True,
         "ansible_ssh_private_key_file": str(paths.client_key),
         "ansible_ssh_common_args": (
             f"-o UserKnownHostsFile={paths.known_hosts} -o StrictHostKeyChecking=yes -o IdentitiesOnly=yes"
@@ -77,7 +79,8 @@ def write(cfg: LabConfig, paths: LabPaths, hosts: list[LabHost]) -> Path:
     blocks = []
     for h in hosts:
         blocks.append(
-            f"Host {h.name}\n  HostName {h.address}\n  Port 22\n  User root\n  IdentityFile {paths.client_key}\n"
+            f"Host {h.name}\n  HostName {h.address}\n  Port 22\n  User {LOGIN_USER}\n"
+            f"  IdentityFile {paths.client_key}\n"
             f"  IdentitiesOnly yes\n  UserKnownHostsFile {paths.known_hosts}\n  StrictHostKeyChecking yes\n"
             "  BatchMode yes\n  ConnectTimeout 5\n"
         )

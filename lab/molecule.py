@@ -31,7 +31,7 @@ import yaml
 
 from remediation.errors import LabError
 
-from .config import LabConfig, test_prefix
+from .config import LOGIN_USER, LabConfig, test_prefix
 from .control import PROJECT_ROOT, Lab
 
 SLOTS = tuple(test_prefix(f"127.0.{n}") for n in range(50, 60))
@@ -127,7 +127,7 @@ def instance_config(lab: Lab) -> list[dict[str, object]]:
         {
             "instance": host.name,
             "address": host.address,
-            "user": "root",
+            "user": LOGIN_USER,
             "port": 22,
             "identity_file": str(lab.paths.client_key),
         }

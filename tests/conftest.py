@@ -9,6 +9,7 @@ behind on its addresses.
 from __future__ import annotations
 
 import os
+import shlex
 import shutil
 import subprocess
 from collections.abc import Generator, Iterator
@@ -79,11 +80,14 @@ def lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[object]:
         the_lab.down(purge=True)
 
 
-def ssh(lab, host: str, command: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:  # type: ignore[no-untyped-def]
-    """Plain OpenSSH through the lab's generated config, host keys checked strictly."""
+def ssh(lab, host: str, command: str, timeout: float = 60, as_root: bool = True) -> subprocess.CompletedProcess[str]:  # type: ignore[no-untyped-def]
+    """Plain OpenSSH through the lab's generated config, host keys checked strictly. Lab hosts log in as
+    ``azureuser``, as Azure images do; ``command`` runs as root through ``sudo -n`` (the whole of it, in ``sh -c``)
+    unless ``as_root`` is false."""
     cfg = lab.paths.ssh_config
+    remote = f"sudo -n -H sh -c {shlex.quote(command)}" if as_root else command
     return subprocess.run(
-        ["ssh", "-F", str(cfg), host, command], capture_output=True, text=True, timeout=timeout, check=False
+        ["ssh", "-F", str(cfg), host, remote], capture_output=True, text=True, timeout=timeout, check=False
     )
 
 

@@ -1,8 +1,8 @@
 """The probe and the host leases through a non-root SSH user with sudo, as Azure images log in (``azureuser``).
 
-One 2-host lab for the module (127.0.93.N); the lab still logs in as root, and the fixture adds, on each host,
-``azureuser`` (root's key, passwordless sudo) and ``pwuser`` (root's key, sudo wants a password). The inventories
-here log in as those users: gpu-1 as azureuser, gpu-2 as pwuser, both with ``ansible_become: true``.
+One 2-host lab for the module (127.0.93.N); lab hosts log in as ``azureuser`` (passwordless sudo, cloud-init's rule),
+and the fixture adds ``pwuser`` (the same key, sudo wants a password). The inventories here log in as those users:
+gpu-1 as azureuser, gpu-2 as pwuser, both with ``ansible_become: true``.
 """
 
 from __future__ import annotations
@@ -35,16 +35,12 @@ PW_LINE = (
 
 USERS = r"""
 set -eu
-for u in azureuser pwuser; do
-  id "$u" >/dev/null 2>&1 || useradd -m -s /bin/bash "$u"
-  install -d -m 700 -o "$u" -g "$u" "/home/$u/.ssh"
-  install -m 600 -o "$u" -g "$u" /root/.ssh/authorized_keys "/home/$u/.ssh/authorized_keys"
-done
-usermod -p '*' azureuser  # no password, not locked (sshd refuses locked accounts)
+id pwuser >/dev/null 2>&1 || useradd -m -s /bin/bash pwuser
+install -d -m 700 -o pwuser -g pwuser /home/pwuser/.ssh
+install -m 600 -o pwuser -g pwuser /home/azureuser/.ssh/authorized_keys /home/pwuser/.ssh/authorized_keys
 echo 'pwuser:not-the-key-0' | chpasswd
-echo 'azureuser ALL=(ALL) NOPASSWD: ALL' > /etc/sudoers.d/90-azureuser
 echo 'pwuser ALL=(ALL) ALL' > /etc/sudoers.d/91-pwuser
-chmod 440 /etc/sudoers.d/90-azureuser /etc/sudoers.d/91-pwuser
+chmod 440 /etc/sudoers.d/91-pwuser
 """
 
 

@@ -78,7 +78,7 @@ def known_line(names: str, key_line: str) -> str:
 
 
 def write_inventory(path: Path, fleet_addr: dict[str, str], key: Path, inv_known: Path, system_known: Path) -> Path:
-    bastion = f"root@{fleet_addr['gpu-1']}"
+    bastion = f"azureuser@{fleet_addr['gpu-1']}"
     strict = f"-o UserKnownHostsFile={inv_known} -o StrictHostKeyChecking=yes"
     hosts = {
         # -J in the common args, the encrypted key named as Ansible names keys: the agent holds it.
@@ -90,7 +90,7 @@ def write_inventory(path: Path, fleet_addr: dict[str, str], key: Path, inv_known
                               "ansible_ssh_extra_args": f"-o ProxyJump=ssh://{bastion}:22", "expected": "gpu-2"},
         # A chain: gpu-1, then gpu-3 (reached through gpu-1), then the target through gpu-3.
         "via-two-bastions": {"ansible_host": fleet_addr["gpu-2"], "ansible_ssh_common_args": strict,
-                             "ansible_ssh_extra_args": f"-J {bastion},root@{fleet_addr['gpu-3']}",
+                             "ansible_ssh_extra_args": f"-J {bastion},azureuser@{fleet_addr['gpu-3']}",
                              "expected": "gpu-2"},
         # ProxyCommand: ssh itself reaches the bastion (checking its key in the system-style file).
         "via-proxycommand": {
@@ -110,7 +110,7 @@ def write_inventory(path: Path, fleet_addr: dict[str, str], key: Path, inv_known
                      "expected": "gpu-3"},
     }
     doc = {"all": {"children": {"fleet": {"hosts": hosts, "vars": {
-        "ansible_user": "root", "ansible_python_interpreter": "/usr/bin/python3"}}}}}
+        "ansible_user": "azureuser", "ansible_python_interpreter": "/usr/bin/python3"}}}}}
     path.write_text(yaml.safe_dump(doc, sort_keys=False))
     return path
 
@@ -128,7 +128,7 @@ def fleet(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Fleet]:
                        check=True)
         pub = key.with_suffix(".pub").read_text()
         for host in ("gpu-1", "gpu-2", "gpu-3"):
-            proc = subprocess.run(["ssh", "-F", str(lab.paths.ssh_config), host, "cat >> /root/.ssh/authorized_keys"],
+            proc = subprocess.run(["ssh", "-F", str(lab.paths.ssh_config), host, "cat >> .ssh/authorized_keys"],
                                   input=pub, text=True, capture_output=True, timeout=30, check=False)
             assert proc.returncode == 0, proc.stderr
         # The bastion's sshd logs every channel it opens (DEBUG1), to a file (the lab has no syslog).
@@ -213,8 +213,8 @@ def test_many_hosts_behind_one_bastion_finish_without_cutting_each_other_off(
     nonexistent channel"), and with it every host still in flight: the fan-out must never send one."""
     strict = f"-o UserKnownHostsFile={fleet.inv_known} -o StrictHostKeyChecking=yes"
     hosts = {f"behind-{i:02d}": {"ansible_host": fleet.addr["gpu-2"], "ansible_ssh_common_args": strict,
-                                 "ansible_ssh_extra_args": f"-J root@{fleet.addr['gpu-1']}"} for i in range(16)}
-    doc = {"all": {"children": {"fleet": {"hosts": hosts, "vars": {"ansible_user": "root"}}}}}
+                                 "ansible_ssh_extra_args": f"-J azureuser@{fleet.addr['gpu-1']}"} for i in range(16)}
+    doc = {"all": {"children": {"fleet": {"hosts": hosts, "vars": {"ansible_user": "azureuser"}}}}}
     inventory = fleet.tmp / "behind.yml"
     inventory.write_text(yaml.safe_dump(doc, sort_keys=False))
     for _ in range(3):
@@ -269,7 +269,7 @@ def test_the_bastion_host_key_is_checked_strictly(fleet: Fleet, env: pytest.Monk
         for name in ("via-bastion", "via-bastion-extra"):
             error = result.runs[name].error or ""
             assert result.runs[name].status is Status.UNREACHABLE, name
-            assert f"bastion root@{fleet.addr['gpu-1']}:22" in error and reason in error, error
+            assert f"bastion azureuser@{fleet.addr['gpu-1']}:22" in error and reason in error, error
         assert result.runs["system-known"].status is Status.OK  # hosts not behind it are not affected
     assert channels_to(fleet, "gpu-2") == before  # nothing went through a bastion that was not verified
 
@@ -290,7 +290,7 @@ def test_ansible_through_the_runner_refuses_an_unknown_host_key(fleet: Fleet, en
     empty = fleet.tmp / "empty_known_hosts"
     empty.write_text("")
     doc = {"all": {"hosts": {"gpu-3": {
-        "ansible_host": fleet.addr["gpu-3"], "ansible_user": "root", "ansible_python_interpreter": "/usr/bin/python3",
+        "ansible_host": fleet.addr["gpu-3"], "ansible_user": "azureuser", "ansible_python_interpreter": "/usr/bin/python3",
         "ansible_ssh_common_args": f"-o UserKnownHostsFile={empty} -o StrictHostKeyChecking=yes", "expected": "gpu-3",
     }}}}
     inventory = fleet.tmp / "hosts-unknown.yml"

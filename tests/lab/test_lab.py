@@ -10,6 +10,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
+import yaml
 
 from lab import hardware
 from lab.faults import inject
@@ -69,6 +70,28 @@ def test_hosts_have_their_own_identity_and_disks(lab) -> None:  # type: ignore[n
     assert "walinuxagent" in ssh(lab, "gpu-1", "apt-mark showhold").stdout
     assert "walinuxagent" not in ssh(lab, "gpu-2", "apt-mark showhold").stdout
     ssh(lab, "gpu-1", "rm /etc/gpulab-test; apt-mark unhold walinuxagent")
+
+
+def test_hosts_log_in_as_azureuser_with_sudo_and_refuse_root_like_cloud_init(lab) -> None:  # type: ignore[no-untyped-def]
+    """As an Azure Ubuntu image: azureuser logs in with the key and has passwordless sudo; root's key only prints
+    cloud-init's message and exits 142, and opens no tunnel (a root ProxyJump fails too)."""
+    who = ssh(lab, "gpu-1", "id -un; id -Gn; sudo -n id -u", as_root=False)
+    assert who.returncode == 0, who.stderr
+    user, groups, root_uid = who.stdout.split("\n")[:3]
+    assert user == "azureuser" and {"adm", "sudo"} <= set(groups.split()) and root_uid == "0"
+    base = ["ssh", "-F", str(lab.paths.ssh_config), "-o", "User=root"]
+    root = subprocess.run([*base, "gpu-1", "id -u"], capture_output=True, text=True, timeout=30, check=False)
+    assert root.returncode == 142
+    assert 'Please login as the user "azureuser" rather than the user "root".' in root.stdout
+    jump = ["ssh", "-F", str(lab.paths.ssh_config), "-J"]
+    through = subprocess.run([*jump, "gpu-1", "gpu-2", "hostname"], capture_output=True, text=True, timeout=30,
+                             check=False)
+    assert through.returncode == 0 and through.stdout.strip() == "gpu-2", through.stderr
+    refused = subprocess.run([*jump, "root@gpu-1", "gpu-2", "hostname"], capture_output=True, text=True, timeout=30,
+                             check=False)
+    assert refused.returncode == 255 and "prohibited" in refused.stderr, refused.stderr
+    hosts = yaml.safe_load(lab.cfg.inventory_path.read_text())["all"]["children"]["gpu"]["hosts"]
+    assert {(v["ansible_user"], v["ansible_become"]) for v in hosts.values()} == {("azureuser", True)}
 
 
 def test_unknown_host_key_is_refused(lab, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]

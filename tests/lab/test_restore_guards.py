@@ -78,7 +78,7 @@ def _lease_op(lab: Any, host: str, op: str, **fields: Any) -> dict[str, Any]:
     payload = base64.b64encode(json.dumps({"op": op, **fields}).encode()).decode()
     script = (ROOT / "remediation/restore/hostlease.py").read_text()
     r = subprocess.run(
-        ["ssh", "-F", str(lab.paths.ssh_config), host, "python3 - " + shlex.quote(payload)],
+        ["ssh", "-F", str(lab.paths.ssh_config), host, "sudo -n python3 - " + shlex.quote(payload)],
         input=script, capture_output=True, text=True, timeout=60, check=False,
     )
     assert r.returncode == 0, r.stderr
