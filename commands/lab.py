@@ -41,14 +41,18 @@ def the_lab(c: Any) -> Any:
         " size's: azure for Azure sizes)",
         "secure_boot": "hosts created now are Trusted Launch VMs: Secure Boot on, signed NVIDIA module"
         " (default: lab.secure_boot)",
+        "driver_branch": "NVIDIA driver branch of hosts created now: 535, 535-server or 535-open (default:"
+        " lab.driver_branch, else 535; a host's nvidia_driver_branch in lab.host_overrides wins)",
     }
 )
 @edge
-def up(c, hosts=3, flavour=None, secure_boot=False):  # type: ignore[no-untyped-def]
+def up(c, hosts=3, flavour=None, secure_boot=False, driver_branch=None):  # type: ignore[no-untyped-def]
     """Start the simulated GPU fleet (builds and caches the base image on first use)."""
     from remediation.report.console import print_lab_up
 
-    result = the_lab(c).up(int(hosts), flavour=flavour, secure_boot=True if secure_boot else None)
+    result = the_lab(c).up(
+        int(hosts), flavour=flavour, secure_boot=True if secure_boot else None, driver_branch=driver_branch
+    )
     print_lab_up(result)
 
 

@@ -306,13 +306,14 @@ def _customize(root: Path, repo: Path, native: dict[str, Path], log: Path, flavo
         f"linux-headers-{boot}={packages.kernel_version(boot)}",
         *(
             f"{name}-{packages.DRIVER_BRANCH}={packages.driver_version(packages.BOOT_DRIVER)}"
-            for name in ("nvidia-driver", "nvidia-utils", "libnvidia-compute", "nvidia-kernel-common")
+            for name in ("nvidia-driver", "nvidia-dkms", "nvidia-utils", "libnvidia-compute", "nvidia-kernel-common")
         ),
         f"walinuxagent={packages.AGENT_VERSIONS[0]}",
     ]
     auto = [f"linux-image-{boot}", f"linux-modules-{boot}", "dkms"]
     auto += [
-        f"{name}-{packages.DRIVER_BRANCH}" for name in ("nvidia-utils", "libnvidia-compute", "nvidia-kernel-common")
+        f"{name}-{packages.DRIVER_BRANCH}"
+        for name in ("nvidia-dkms", "nvidia-utils", "libnvidia-compute", "nvidia-kernel-common")
     ]
     script = CUSTOMIZE.replace("{repo_mount}", REPO_MOUNT)
     script = script.replace("{install}", " ".join(install)).replace("{auto}", " ".join(auto))

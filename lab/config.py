@@ -19,6 +19,8 @@ from remediation.errors import LabError
 MAX_HOSTS = 200
 DEFAULT_SKU = "Standard_NC48ads_A100_v4"
 FLAVOURS = ("generic", "azure")
+DRIVER_BRANCHES = ("535", "535-server", "535-open")  # lab/packages.py offers these
+DEFAULT_DRIVER_BRANCH = "535"
 
 
 def default_flavour(sku: str) -> str:
@@ -57,6 +59,7 @@ class LabConfig:
     sku: str = DEFAULT_SKU
     flavour: str = ""  # kernel flavour of new hosts: generic | azure; empty: from the VM size (Azure: azure)
     secure_boot: bool = False  # new hosts are Trusted Launch VMs (Secure Boot on)
+    driver_branch: str = ""  # NVIDIA driver branch of new hosts: 535 | 535-server | 535-open; empty: 535
     boot_delay: float = 1.0  # seconds a rebooting host stays down
     ready_timeout: float = 30.0  # seconds lab.up waits for every sshd
     inventory_path: Path = Path("inventories/lab/hosts.yml")
@@ -79,9 +82,27 @@ class LabConfig:
             )
         return chosen
 
+    def host_driver_branch(self, name: str, branch: str | None = None) -> str:
+        """The driver branch host ``name`` gets when it is created: ``nvidia_driver_branch`` in its
+        ``host_overrides`` (the inventory says that one, so the host must have it), else the flag, else
+        ``lab.driver_branch``, else 535."""
+        override = self.host_overrides.get(name, {}).get("nvidia_driver_branch")
+        chosen = str(override or branch or self.driver_branch or DEFAULT_DRIVER_BRANCH)
+        if chosen not in DRIVER_BRANCHES:
+            where = f"host_overrides.{name}.nvidia_driver_branch" if override else "--driver-branch, lab.driver_branch"
+            raise LabError(
+                f"driver branch {chosen!r} ({where}) is not one the lab has; use one of: {', '.join(DRIVER_BRANCHES)}"
+            )
+        return chosen
+
     def validate(self) -> LabConfig:
         if self.flavour:
             self.host_flavour()
+        if self.driver_branch:
+            self.host_driver_branch("")
+        for name, overrides in self.host_overrides.items():
+            if "nvidia_driver_branch" in overrides:
+                self.host_driver_branch(name)
         try:
             net = ipaddress.ip_address(f"{self.address_prefix}.1")
         except ValueError:
@@ -118,6 +139,7 @@ class LabConfig:
             boot_delay=float(cfg.boot_delay),
             ready_timeout=float(cfg.ready_timeout),
             secure_boot=_bool(cfg.secure_boot),
+            driver_branch=str(cfg.driver_branch or ""),
         )
         return cfg.validate()
 

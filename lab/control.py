@@ -182,8 +182,11 @@ class Lab:
             ["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", "gpulab-controller", "-f", str(key)], check=True
         )
 
-    def create_host(self, index: int, flavour: str = "generic", secure_boot: bool = False) -> None:
-        """Create a host's disk, keys and firmware. Its kernel flavour and Trusted Launch setting are fixed here."""
+    def create_host(
+        self, index: int, flavour: str = "generic", secure_boot: bool = False, driver_branch: str = ""
+    ) -> None:
+        """Create a host's disk, keys and firmware. Its kernel flavour, Trusted Launch setting and driver branch
+        are fixed here (the branch is installed once the host runs: :meth:`provision_driver_branch`)."""
         name = host_name(index)
         hdir = self.paths.host(name)
         keys = hdir / "keys"
@@ -215,6 +218,7 @@ class Lab:
             "sku": self.cfg.sku,
             "flavour": flavour,
             "secure_boot": secure_boot,
+            "driver_branch": packages.check_branch(driver_branch or packages.DRIVER_BRANCH),
         }
         # A Trusted Launch host is provisioned with Secure Boot off (its signed NVIDIA module is installed first,
         # see provision_signed_module), then turned on.
@@ -273,13 +277,39 @@ class Lab:
     def flavour(self, name: str) -> str:
         return str(self.spec(name).get("flavour", "generic"))
 
+    def driver_branch(self, name: str) -> str:
+        return str(self.spec(name).get("driver_branch") or packages.DRIVER_BRANCH)
+
+    def provision_driver_branch(self, name: str, reboot: bool = True) -> None:
+        """Install the host's driver branch in place of the base image's ``535``, as the VM's provisioning
+        would have installed it: apt swaps the packages (they conflict through the virtual names Ubuntu's
+        provide), DKMS builds the new branch's module; the host reboots to load it unless ``reboot`` is False
+        (a Trusted Launch host reboots once its signed module is in, :meth:`provision_signed_module`)."""
+        branch = self.driver_branch(name)
+        if branch == packages.DRIVER_BRANCH:
+            return
+        ver = packages.driver_version(packages.BOOT_DRIVER)
+        shared, old_shared = packages.common_branch(branch), packages.common_branch(packages.DRIVER_BRANCH)
+        userspace = ("nvidia-utils", "libnvidia-compute", "nvidia-kernel-common")
+        install = [f"nvidia-driver-{branch}={ver}", f"nvidia-dkms-{branch}={ver}"]
+        remove = [f"nvidia-driver-{packages.DRIVER_BRANCH}-", f"nvidia-dkms-{packages.DRIVER_BRANCH}-"]
+        if shared != old_shared:
+            install += [f"{n}-{shared}={ver}" for n in userspace]
+            remove += [f"{n}-{old_shared}-" for n in userspace]
+        self.run_in_host(name, ["apt-get", "install", "-y", "-q", *install, *remove])
+        # As a fresh install leaves them: only the driver package itself is marked manual.
+        auto = [f"nvidia-dkms-{branch}", *(f"{n}-{shared}" for n in userspace)]
+        self.run_in_host(name, ["apt-mark", "auto", *auto])
+        if reboot:
+            self.reboot(name)
+
     def provision_signed_module(self, name: str) -> None:
-        """Make a host a Trusted Launch one: the signed NVIDIA module package for its booted kernel (built for
-        the installed driver) replaces the DKMS build of that kernel (DKMS stays registered), Secure Boot is
-        turned on, the host reboots."""
+        """Make a host a Trusted Launch one: the signed NVIDIA module package of its driver branch for its booted
+        kernel (built for the installed driver) replaces the DKMS build of that kernel (DKMS stays registered),
+        Secure Boot is turned on, the host reboots."""
         flavour = self.flavour(name)
         release, driver = packages.boot_kernel(flavour), packages.BOOT_DRIVER
-        branch = packages.DRIVER_BRANCH
+        branch = self.driver_branch(name)
         self.run_in_host(
             name,
             [
@@ -300,17 +330,29 @@ class Lab:
         for name in self.existing_hosts():
             spec = self.spec(name)
             key = (self.paths.host(name) / "keys/ssh_host_ed25519_key.pub").read_text().split()
-            out.append(inventory.LabHost(name, spec["index"], spec["address"], f"{key[0]} {key[1]}"))
+            out.append(
+                inventory.LabHost(
+                    name, spec["index"], spec["address"], f"{key[0]} {key[1]}", self.driver_branch(name)
+                )
+            )
         return out
 
     # -- the verbs -----------------------------------------------------------------------------------------
-    def up(self, count: int, flavour: str | None = None, secure_boot: bool | None = None) -> UpResult:
+    def up(
+        self,
+        count: int,
+        flavour: str | None = None,
+        secure_boot: bool | None = None,
+        driver_branch: str | None = None,
+    ) -> UpResult:
         """Start hosts gpu-1 .. gpu-<count>; hosts created now get ``flavour`` (flag, else ``lab.flavour``,
-        else the VM size's) and, with ``secure_boot``, are Trusted Launch hosts. Existing hosts keep theirs."""
+        else the VM size's), ``driver_branch`` (:meth:`LabConfig.host_driver_branch`) and, with ``secure_boot``,
+        are Trusted Launch hosts. Existing hosts keep theirs."""
         require_root()
         if not 1 <= count <= MAX_HOSTS:
             raise LabError(f"--hosts {count} is out of range: the lab runs 1 to {MAX_HOSTS} hosts")
         new_flavour = self.cfg.host_flavour(flavour)
+        branches = {host_name(i): self.cfg.host_driver_branch(host_name(i), driver_branch) for i in range(1, count + 1)}
         trusted = self.cfg.secure_boot if secure_boot is None else secure_boot
         for tool in ("unshare", "nsenter", "ssh-keygen", "gcc"):
             if shutil.which(tool) is None:
@@ -337,7 +379,7 @@ class Lab:
             created = [host_name(i) for i in range(1, count + 1) if host_name(i) not in existing]
             for i in range(1, count + 1):
                 if host_name(i) not in existing:
-                    self.create_host(i, new_flavour, trusted)
+                    self.create_host(i, new_flavour, trusted, branches[host_name(i)])
             self.start_supervisor(base)
             extra = [n for n in existing if n not in wanted]
             if extra:
@@ -347,6 +389,7 @@ class Lab:
             started = self.request("start", wanted)["result"]
             self.wait_ready(wanted, self.cfg.ready_timeout)
             for n in created:
+                self.provision_driver_branch(n, reboot=not trusted)
                 if trusted:
                     self.provision_signed_module(n)
             inv = inventory.write(self.cfg, self.paths, self.lab_hosts())
@@ -551,6 +594,7 @@ class Lab:
             self.set_firmware(name, secure_boot=False)
             self.request("start", [name])
             self.wait_ready([name], self.cfg.ready_timeout)
+            self.provision_driver_branch(name, reboot=not spec.get("secure_boot"))
             if spec.get("secure_boot"):
                 self.provision_signed_module(name)
 

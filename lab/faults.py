@@ -49,7 +49,7 @@ def kernel_upgrade(lab: Lab, host: str) -> str:
 def driver_mismatch(lab: Lab, host: str) -> str:
     """NVML error 18: the driver's userspace is upgraded while the old kernel module stays loaded."""
     new = packages.driver_version(packages.DRIVERS[1])
-    branch = packages.DRIVER_BRANCH
+    branch = packages.common_branch(lab.driver_branch(host))  # utils and libnvidia-compute: -open shares them
     lab.run_in_host(host, ["apt-get", "update", "-q"])
     lab.run_in_host(
         host,
@@ -58,7 +58,7 @@ def driver_mismatch(lab: Lab, host: str) -> str:
             "install",
             "-y",
             "-q",
-            f"nvidia-driver-{branch}={new}",
+            f"nvidia-driver-{lab.driver_branch(host)}={new}",
             f"nvidia-utils-{branch}={new}",
             f"libnvidia-compute-{branch}={new}",
         ],

@@ -28,6 +28,7 @@ class LabHost:
     index: int
     address: str
     host_key: str  # "ssh-ed25519 AAAA..."
+    driver_branch: str = packages.DRIVER_BRANCH  # the NVIDIA driver branch installed on the host
 
 
 def host_vars(cfg: LabConfig, paths: LabPaths, host: LabHost) -> dict[str, object]:
@@ -45,6 +46,7 @@ def host_vars(cfg: LabConfig, paths: LabPaths, host: LabHost) -> dict[str, objec
         "lab_known_hosts": str(paths.known_hosts),
         "azure_vm_size": cfg.sku,
         "gpu_expected_count": expected_gpu_count(cfg.sku),
+        "nvidia_driver_branch": host.driver_branch,
         **dict(cfg.host_overrides.get(host.name, {})),
     }
 

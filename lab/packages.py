@@ -33,6 +33,15 @@ that matches the installed driver. The meta-package ``linux-modules-nvidia-535-<
 kernel and driver build (``<meta version>`` and ``<meta version>+1``), each depending on exactly that build of
 the kernel's module package.
 
+Driver branches (:data:`DRIVER_BRANCHES`): every driver and signed-module package above exists for ``535``,
+``535-server`` and ``535-open`` under Ubuntu's names: ``nvidia-driver-535-server``, ``nvidia-dkms-535-server``,
+``nvidia-kernel-common-535-server``, ``linux-modules-nvidia-535-server-<release>`` (modules in
+``kernel/nvidia-535srv/``, depending on ``nvidia-kernel-common-535-server``) and
+``linux-modules-nvidia-535-server-<flavour>``; ``535-open`` has ``nvidia-driver-535-open``,
+``nvidia-dkms-535-open`` and ``linux-modules-nvidia-535-open-<release>`` (``kernel/nvidia-535-open/``) over the
+plain branch's userspace and ``nvidia-kernel-common-535``. The base image installs ``535``; a host of another
+branch swaps it with apt at creation (lab/control.py).
+
 Kernel module builds are played by a small DKMS stand-in (``lab/hostfiles/dkms``): a module is built for a
 kernel only when that kernel's headers are installed, into ``updates/dkms/`` (searched before the kernel's own
 tree, as Ubuntu's depmod.conf says, so a DKMS module shadows a signed one). DKMS-built modules are unsigned.
@@ -88,6 +97,12 @@ ALL_KERNELS = tuple(k for pair in FLAVOUR_KERNELS.values() for k in pair)
 KERNELS = tuple(k.release for k in FLAVOUR_KERNELS["generic"])  # the generic pair (boot, new)
 BOOT_KERNEL = KERNELS[0]
 DRIVER_BRANCH = "535"
+# The driver branches the repository offers, as Ubuntu 22.04 ships them for the 535 driver: ``535`` (the desktop
+# default), ``535-server`` (the datacenter branch ``ubuntu-drivers list --gpgpu`` picks; every package of its own,
+# ``nvidia-kernel-common-535-server`` included) and ``535-open`` (NVIDIA's open kernel modules: only
+# ``nvidia-driver-535-open`` and ``nvidia-dkms-535-open`` are its own, the userspace and
+# ``nvidia-kernel-common-535`` are the plain branch's, which its signed modules depend on).
+DRIVER_BRANCHES = ("535", "535-server", "535-open")
 DRIVERS = ("535.183.01", "535.216.01")
 DRIVER_POCKETS = ("security", "updates")
 BOOT_DRIVER = DRIVERS[0]
@@ -96,9 +111,30 @@ AGENT_VERSIONS = ("2.9.1.1-0ubuntu0.22.04.1", "2.11.1.4-0ubuntu0.22.04.1")
 ORIGIN = "Ubuntu"
 POCKETS = {"security": "jammy-security", "updates": "jammy-updates"}
 MAINTAINER = "GPU fleet lab <lab@gpulab.invalid>"
-SIGNED_MODULE_DIR = f"kernel/nvidia-{DRIVER_BRANCH}"
 MODULE_SIGNATURE_MAGIC = b"~Module signature appended~\n"
 GRUB_VERSION = "2.06-2ubuntu7.2"
+
+
+def common_branch(branch: str) -> str:
+    """The branch whose userspace and ``nvidia-kernel-common`` a branch uses: ``535-open`` -> ``535`` (Ubuntu's
+    open-module packages share the proprietary branch's), ``535-server`` -> ``535-server``."""
+    return branch[: -len("-open")] if branch.endswith("-open") else branch
+
+
+def signed_module_dir(branch: str) -> str:
+    """Where linux-restricted-modules installs a branch's signed modules under ``/lib/modules/<release>``:
+    ``kernel/nvidia-535``, ``kernel/nvidia-535srv`` for ``535-server``, ``kernel/nvidia-535-open``."""
+    name = common_branch(branch).replace("-server", "srv")
+    return f"kernel/nvidia-{name}{'-open' if branch.endswith('-open') else ''}"
+
+
+def check_branch(branch: str) -> str:
+    if branch not in DRIVER_BRANCHES:
+        raise LabError(f"no lab driver branch {branch!r}; the lab's branches: {', '.join(DRIVER_BRANCHES)}")
+    return branch
+
+
+SIGNED_MODULE_DIR = signed_module_dir(DRIVER_BRANCH)
 
 
 def boot_kernel(flavour: str) -> str:
@@ -156,6 +192,8 @@ class Package:
     pocket: str
     description: str
     depends: tuple[str, ...] = ()
+    provides: tuple[str, ...] = ()
+    conflicts: tuple[str, ...] = ()
     architecture: str = "amd64"
     section: str = "misc"
     priority: str = "optional"
@@ -313,15 +351,16 @@ def signed_module_bytes(release: str, upstream: str, name: str = "nvidia") -> by
     return body + _module_signature()
 
 
-def signed_module_packages(release: str, upstream: str, pocket: str) -> list[Package]:
-    """``linux-modules-nvidia-535-<release>`` built for ``upstream`` and the flavour's meta-package version
-    pointing at it."""
-    branch = DRIVER_BRANCH
+def signed_module_packages(release: str, upstream: str, pocket: str, branch: str = DRIVER_BRANCH) -> list[Package]:
+    """``linux-modules-nvidia-<branch>-<release>`` built for ``upstream`` and the flavour's meta-package version
+    pointing at it. The module package depends on ``nvidia-kernel-common`` of the branch's :func:`common_branch`
+    (``linux-modules-nvidia-535-server-6.5.0-1025-azure`` on ``nvidia-kernel-common-535-server``,
+    ``linux-modules-nvidia-535-open-...`` on ``nvidia-kernel-common-535``), as Ubuntu's do."""
     k = kernel(release)
     ver = signed_module_version(release, upstream)
     meta = signed_meta_version(release, upstream)
-    common = f"nvidia-kernel-common-{branch}"
-    moddir = f"/lib/modules/{release}/{SIGNED_MODULE_DIR}"
+    common = f"nvidia-kernel-common-{common_branch(branch)}"
+    moddir = f"/lib/modules/{release}/{signed_module_dir(branch)}"
     return [
         Package(
             name=f"linux-modules-nvidia-{branch}-{release}",
@@ -449,10 +488,18 @@ exit 0
 )
 
 
-def driver_packages(upstream: str, libnvml: Path, pocket: str, daemon: Path) -> list[Package]:
-    """The driver's packages; ``daemon``: lab/native/driverd.c built, installed as the driver's daemons."""
+def driver_packages(
+    upstream: str, libnvml: Path, pocket: str, daemon: Path, branch: str = DRIVER_BRANCH
+) -> list[Package]:
+    """The driver's packages of one branch; ``daemon``: lab/native/driverd.c built, installed as the driver's
+    daemons. A ``-open`` branch has only its ``nvidia-driver-`` and ``nvidia-dkms-`` packages: the rest is the
+    :func:`common_branch`'s. Packages of different branches conflict through the virtual names Ubuntu's provide
+    (``nvidia-driver-binary``, ``nvidia-dkms-kernel``, ...), so apt swaps one branch for another.
+
+    The lab's ``nvidia-driver-<branch>`` runs the DKMS build in its own maintainer scripts (Ubuntu's
+    ``nvidia-dkms-<branch>`` does), so that reinstalling the driver package rebuilds the module."""
     ver = driver_version(upstream)
-    branch = DRIVER_BRANCH
+    shared = common_branch(branch)
     libdir = "/usr/lib/x86_64-linux-gnu"
     postinst = _sh(
         f"""
@@ -475,6 +522,44 @@ esac
 """
     )
     ldconfig = _sh("ldconfig")
+    kind = " (open kernel module)" if branch.endswith("-open") else ""
+    own = [
+        Package(
+            name=f"nvidia-dkms-{branch}",
+            version=ver,
+            pocket=pocket,
+            section="restricted/misc",
+            description=f"NVIDIA DKMS package{kind} (the module's source, registered with DKMS)",
+            depends=("dkms", f"nvidia-kernel-common-{shared} (>= {upstream})"),
+            provides=("nvidia-dkms-kernel",),
+            conflicts=("nvidia-dkms-kernel",),
+            files={
+                f"/usr/src/nvidia-{upstream}/dkms.conf": (
+                    f'PACKAGE_NAME="nvidia"\nPACKAGE_VERSION="{upstream}"\nBUILT_MODULE_NAME[0]="nvidia"\n'
+                    'DEST_MODULE_LOCATION[0]="/updates/dkms"\nAUTOINSTALL="yes"\n'
+                )
+            },
+        ),
+        Package(
+            name=f"nvidia-driver-{branch}",
+            version=ver,
+            pocket=pocket,
+            section="restricted/misc",
+            description=f"NVIDIA driver{kind} metapackage (kernel module built by DKMS)",
+            depends=(
+                "dkms",
+                f"nvidia-dkms-{branch} (= {ver})",
+                f"nvidia-utils-{shared} (= {ver})",
+                f"libnvidia-compute-{shared} (= {ver})",
+                f"nvidia-kernel-common-{shared} (= {ver})",
+            ),
+            provides=("nvidia-driver-binary",),
+            conflicts=("nvidia-driver-binary",),
+            scripts={"postinst": postinst, "prerm": prerm},
+        ),
+    ]
+    if shared != branch:
+        return own
     return [
         Package(
             name=f"libnvidia-compute-{branch}",
@@ -482,6 +567,8 @@ esac
             pocket=pocket,
             section="libs",
             description="NVIDIA libcompute package (libnvidia-ml: the lab's simulated NVML)",
+            provides=("libnvidia-compute",),
+            conflicts=("libnvidia-compute",),
             files={f"{libdir}/libnvidia-ml.so.{upstream}": libnvml},
             links={f"{libdir}/libnvidia-ml.so.1": f"libnvidia-ml.so.{upstream}"},
             scripts={"postinst": ldconfig, "postrm": ldconfig},
@@ -492,6 +579,8 @@ esac
             pocket=pocket,
             section="restricted/libs",
             description="Shared files used with the kernel module (firmware; what the signed modules depend on)",
+            provides=("nvidia-kernel-common",),
+            conflicts=("nvidia-kernel-common",),
             files={f"/lib/firmware/nvidia/{upstream}/README": f"gpulab: NVIDIA GSP firmware for {upstream}\n"},
         ),
         Package(
@@ -503,6 +592,8 @@ esac
             # nvidia-fabricmanager-<branch>; the lab folds them into its one utils package.
             description="NVIDIA driver support binaries (nvidia-smi, nvidia-persistenced, nv-fabricmanager)",
             depends=(f"libnvidia-compute-{branch} (= {ver})",),
+            provides=("nvidia-utils",),
+            conflicts=("nvidia-utils",),
             files={
                 "/usr/bin/nvidia-smi": HOSTFILES / "nvidia-smi",
                 "/usr/bin/nvidia-persistenced": daemon,
@@ -517,26 +608,7 @@ esac
                 "/etc/init.d/nvidia-persistenced",
             ),
         ),
-        Package(
-            name=f"nvidia-driver-{branch}",
-            version=ver,
-            pocket=pocket,
-            section="restricted/misc",
-            description="NVIDIA driver metapackage (kernel module built by DKMS)",
-            depends=(
-                "dkms",
-                f"nvidia-utils-{branch} (= {ver})",
-                f"libnvidia-compute-{branch} (= {ver})",
-                f"nvidia-kernel-common-{branch} (= {ver})",
-            ),
-            files={
-                f"/usr/src/nvidia-{upstream}/dkms.conf": (
-                    f'PACKAGE_NAME="nvidia"\nPACKAGE_VERSION="{upstream}"\nBUILT_MODULE_NAME[0]="nvidia"\n'
-                    'DEST_MODULE_LOCATION[0]="/updates/dkms"\nAUTOINSTALL="yes"\n'
-                )
-            },
-            scripts={"postinst": postinst, "prerm": prerm},
-        ),
+        *own,
     ]
 
 
@@ -559,10 +631,11 @@ def all_packages(libnvml_for: Callable[[str], Path], daemon: Path) -> list[Packa
     pkgs: list[Package] = [dkms_package(), grub_package(), *tool_packages(), *agent_packages()]
     for k in ALL_KERNELS:
         pkgs += kernel_packages(k.release) + kernel_meta_packages(k.release)
-    for upstream, pocket in zip(DRIVERS, DRIVER_POCKETS, strict=True):
-        pkgs += driver_packages(upstream, libnvml_for(upstream), pocket, daemon)
-        for k in ALL_KERNELS:
-            pkgs += signed_module_packages(k.release, upstream, pocket)
+    for branch in DRIVER_BRANCHES:
+        for upstream, pocket in zip(DRIVERS, DRIVER_POCKETS, strict=True):
+            pkgs += driver_packages(upstream, libnvml_for(upstream), pocket, daemon, branch)
+            for k in ALL_KERNELS:
+                pkgs += signed_module_packages(k.release, upstream, pocket, branch)
     return pkgs
 
 
@@ -596,6 +669,11 @@ def build_deb(pkg: Package, out_dir: Path) -> Path:
         ]
         if pkg.depends:
             control.append("Depends: " + ", ".join(pkg.depends))
+        if pkg.provides:
+            control.append("Provides: " + ", ".join(pkg.provides))
+        if pkg.conflicts:
+            control.append("Conflicts: " + ", ".join(pkg.conflicts))
+            control.append("Replaces: " + ", ".join(pkg.conflicts))
         control.append(f"Description: {pkg.description}")
         (debian / "control").write_text("\n".join(control) + "\n")
         for script, text in pkg.scripts.items():

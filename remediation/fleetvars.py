@@ -12,7 +12,7 @@ __all__ = ["FLOW_VARIABLES"]
 FLOW_VARIABLES: dict[str, str] = {
     "nvidia_driver_expected_version": "the fleet's NVIDIA driver (upstream version): the audit's GPU-DRV-005, the "
     "restore's gate, installs",
-    "nvidia_driver_branch": "the driver branch (535) for installs (GPU-DRV-003)",
+    "nvidia_driver_branch": "the driver branch, whole (535, 535-server, 535-open), for installs (GPU-DRV-003)",
     "gpu_expected_count": "GPUs per host (the audit's GPU-HW-003); default from the VM size",
     "azure_vm_size": "the VM size (Standard_NC24ads_A100_v4): GPU count and model from remediation/skus.py",
     "driver_restore_method": "apt | azure-extension: how `invoke driver-restore --method auto` restores the host",

@@ -5,6 +5,13 @@ rule follows the BOOTED kernel's flavour: Azure VMs run ``azure`` kernels pulled
 ``linux-image-azure`` / ``linux-headers-azure``; the signed precompiled NVIDIA modules come as
 ``linux-modules-nvidia-<branch>-<release>`` with the meta-package ``linux-modules-nvidia-<branch>-<flavour>``.
 The probe has the same :func:`flavour_of` (``remediation/probe/gpuprobe.py: kernel_flavour``), for the host side.
+
+A driver branch is Ubuntu's whole suffix, never only its number: ``535``, ``535-server`` (the datacenter branch
+``ubuntu-drivers list --gpgpu`` picks), ``535-open`` (open kernel modules), ``535-server-open``. Every package name
+is built from the branch the probe read off the installed packages (``nvidia-driver-535-server`` ->
+``535-server``): ``linux-modules-nvidia-535-<kernel>`` belongs to another driver than
+``linux-modules-nvidia-535-server-<kernel>``. The ``-open`` branches keep the proprietary branch's userspace and
+``nvidia-kernel-common`` (:func:`common_branch`).
 """
 
 from __future__ import annotations
@@ -15,14 +22,21 @@ from dataclasses import dataclass
 
 __all__ = [
     "KernelRelease",
+    "branch_number",
+    "common_branch",
+    "driver_install_packages",
     "flavour_metas",
     "flavour_of",
+    "is_branch",
     "is_flavour_meta",
+    "kernel_common_package",
     "meta_pattern",
     "parse_release",
     "signed_module_meta",
     "signed_module_package",
 ]
+
+_BRANCH = re.compile(r"^(?P<number>[0-9]+)(?P<server>-server)?(?P<open>-open)?$")
 
 _RELEASE = re.compile(r"^(?P<version>\d+\.\d+(?:\.\d+)?)-(?P<abi>\d+)(?:-(?P<flavour>[a-z][a-z0-9.+-]*))?$")
 
@@ -77,10 +91,43 @@ def flavour_metas(installed: Iterable[str], flavour: str | None) -> tuple[str, .
 
 
 def signed_module_package(branch: str, release: str) -> str:
-    """Ubuntu's signed NVIDIA module package of one kernel (``linux-modules-nvidia-535-6.5.0-1025-azure``)."""
+    """Ubuntu's signed NVIDIA module package of one kernel (``linux-modules-nvidia-535-6.5.0-1025-azure``,
+    ``linux-modules-nvidia-535-server-6.5.0-1025-azure`` for the branch ``535-server``)."""
     return f"linux-modules-nvidia-{branch}-{release}"
 
 
 def signed_module_meta(branch: str, flavour: str) -> str:
-    """Its meta-package for a flavour: ``linux-modules-nvidia-535-azure``."""
+    """Its meta-package for a flavour: ``linux-modules-nvidia-535-azure``, ``linux-modules-nvidia-535-server-azure``."""
     return f"linux-modules-nvidia-{branch}-{flavour}"
+
+
+def is_branch(branch: str | None) -> bool:
+    """``535``, ``535-server``, ``535-open``, ``535-server-open``: a branch as Ubuntu's package names carry it."""
+    return _BRANCH.fullmatch(str(branch or "")) is not None
+
+
+def branch_number(branch: str) -> str:
+    """``535-server`` -> ``535``."""
+    match = _BRANCH.fullmatch(branch)
+    return match.group("number") if match else branch
+
+
+def common_branch(branch: str) -> str:
+    """The branch whose userspace (``nvidia-utils-``, ``libnvidia-compute-``) and ``nvidia-kernel-common-`` a
+    branch installs: Ubuntu's ``-open`` packages share the proprietary branch's (``nvidia-driver-535-open``
+    depends on ``nvidia-kernel-common-535``, ``linux-modules-nvidia-535-server-open-<kernel>`` on
+    ``nvidia-kernel-common-535-server``); the others are their own."""
+    return branch[: -len("-open")] if branch.endswith("-open") else branch
+
+
+def kernel_common_package(branch: str) -> str:
+    """``nvidia-kernel-common-535-server``: what a branch's signed module packages depend on (with the driver
+    version they are built for)."""
+    return f"nvidia-kernel-common-{common_branch(branch)}"
+
+
+def driver_install_packages(branch: str) -> tuple[str, str, str]:
+    """What installing a branch's driver names: ``nvidia-driver-<branch>`` and the userspace it depends on
+    (``nvidia-utils-``, ``libnvidia-compute-`` of :func:`common_branch`)."""
+    common = common_branch(branch)
+    return f"nvidia-driver-{branch}", f"nvidia-utils-{common}", f"libnvidia-compute-{common}"

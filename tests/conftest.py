@@ -42,6 +42,7 @@ def make_lab(  # type: ignore[no-untyped-def]
     flavour: str = "generic",
     secure_boot: bool = False,
     host_overrides: dict[str, Any] | None = None,
+    driver_branch: str | None = None,
 ):
     """A running lab of ``hosts`` hosts on ``prefix``; when starting it fails part-way, whatever did start is taken
     down (purged) before the error propagates, so the caller's ``try/finally`` only has to cover a lab that is up."""
@@ -61,7 +62,7 @@ def make_lab(  # type: ignore[no-untyped-def]
         mapping["host_overrides"] = host_overrides
     lab = Lab(LabConfig.from_mapping(mapping, root=ROOT))
     try:
-        lab.up(hosts, secure_boot=secure_boot)
+        lab.up(hosts, secure_boot=secure_boot, driver_branch=driver_branch)
     except BaseException:
         lab.down(purge=True)
         raise

@@ -33,8 +33,8 @@ _S1_RESOLUTION = (
     "- Option A (Azure VMs): reinstall the driver extension: `az vm extension set --resource-group RG "
     "--vm-name VM --name NvidiaGpuDriverLinux --publisher Microsoft.HpcCompute --version 1.9`\n"
     "- Option B: hold the kernel and reinstall the driver: `sudo apt-mark hold linux-image-$(uname -r) "
-    "linux-headers-$(uname -r)`; `sudo apt install --reinstall nvidia-driver-535`; `sudo reboot` (only where "
-    "a reboot is allowed)\n"
+    "linux-headers-$(uname -r)`; `sudo apt install --reinstall nvidia-driver-BRANCH` (the installed branch, whole: "
+    "`535`, `535-server`, `535-open`; `dpkg -l 'nvidia-driver-*'`); `sudo reboot` (only where a reboot is allowed)\n"
     "- Automated: `invoke driver-restore --limit HOST`, then verify with NVML (`invoke audit --limit HOST`)"
 )
 _S1_PREVENTION = (
@@ -261,8 +261,10 @@ ENTRIES: tuple[CatalogEntry, ...] = (
             "the kernel trusts (DKMS's own MOK needs enrolling at the VM console, which an unattended cloud VM does "
             "not have), so the kernel refuses it. Rebuilding with DKMS does not help.",
             resolution="- Install Ubuntu's signed precompiled module for the booted kernel: `sudo apt install "
-            "linux-modules-nvidia-535-$(uname -r)` (and the `linux-modules-nvidia-535-azure` meta-package), remove "
-            "the DKMS build (`sudo dkms remove nvidia/VER -k $(uname -r)`), reboot\n"
+            "linux-modules-nvidia-BRANCH-$(uname -r)` (and the `linux-modules-nvidia-BRANCH-azure` meta-package), "
+            "where BRANCH is the installed driver's whole branch (`535-server` for `nvidia-driver-535-server`: "
+            "the plain `535` package belongs to another driver and its module lives in `kernel/nvidia-535`, not "
+            "`kernel/nvidia-535srv`), remove the DKMS build (`sudo dkms remove nvidia/VER -k $(uname -r)`), reboot\n"
             "- Automated: `invoke driver-restore --limit HOST --allow-reboot` (picks the signed package when Secure "
             "Boot is on)",
             prevention="- On Secure Boot hosts use the signed module packages, not DKMS "

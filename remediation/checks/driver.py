@@ -33,6 +33,7 @@ from remediation.checks.policy import Policy
 from remediation.checks.registry import fleet_rule, rule
 from remediation.facts import HostFacts
 from remediation.findings import Finding, Severity, make_finding
+from remediation.kernelflavour import is_branch, signed_module_package
 
 __all__ = [
     "api_mismatch_in_kernel_log",
@@ -326,8 +327,9 @@ def module_rejected_by_secure_boot(ev: Evidence) -> list[Finding]:
         evidence.append("signed module package installed: " + ", ".join(kernel.signed_module_packages)
                         + " (shadowed by the DKMS module in updates/dkms)")
     else:
-        branch = facts.packages.driver_branch or "BRANCH"
-        evidence.append(f"no signed module package for {booted} (linux-modules-nvidia-{branch}-{booted})")
+        # The installed driver's whole branch: a 535-server host needs linux-modules-nvidia-535-server-<kernel>.
+        branch = facts.packages.driver_branch if is_branch(facts.packages.driver_branch) else "BRANCH"
+        evidence.append(f"no signed module package for {booted} ({signed_module_package(str(branch), str(booted))})")
     evidence.extend(f"kernel log: {r.text}" for r in rejected)
     summary = (f"NVIDIA module for {booted} is present but Secure Boot refuses it: {module.path} is "
                f"{_module_words(module.source, module.signed)}")

@@ -34,7 +34,7 @@ from typing import Any
 from remediation.checks.debversion import compare_versions
 from remediation.facts import HostFacts
 from remediation.findings import Finding
-from remediation.kernelflavour import parse_release, signed_module_package
+from remediation.kernelflavour import is_branch, parse_release, signed_module_package
 from remediation.restore.rules import choose_module_source, grub_default_for, is_cordoned
 
 __all__ = [
@@ -58,7 +58,6 @@ class Available:
 
 # Host-reported values that go into a shell command: fullmatch (``$`` would accept a trailing newline).
 _FLAVOUR_OK = re.compile(r"[a-z][a-z0-9.+-]*")
-_BRANCH_OK = re.compile(r"[0-9]+")
 
 
 def available_query(flavour: str, branch: str | None) -> str:
@@ -67,7 +66,7 @@ def available_query(flavour: str, branch: str | None) -> str:
     Prints ``apt-cache show`` stanzas (Package, Version, Depends) of every version apt knows (a signed module
     package has one build per driver version: the one for the installed driver is not always the candidate);
     nothing when apt offers none."""
-    if not _FLAVOUR_OK.fullmatch(flavour) or (branch is not None and not _BRANCH_OK.fullmatch(branch)):
+    if not _FLAVOUR_OK.fullmatch(flavour) or (branch is not None and not is_branch(branch)):
         raise ValueError(f"kernel flavour {flavour!r} / driver branch {branch!r} is not a flavour / branch name")
     pattern = shlex.quote(f"^linux-image-[0-9].*-{flavour}$")
     signed = f'linux-modules-nvidia-{branch}-"$r"' if branch else ""
@@ -161,11 +160,15 @@ def _upstream(version: str | None) -> str:
     return version.split(":", 1)[-1].rsplit("-", 1)[0]
 
 
-_COMMON = re.compile(r"nvidia-kernel-common-(?P<branch>[0-9]+)\s*\(\s*(?P<op>>=|=|>>)\s*(?P<ver>[^)\s]+)\s*\)")
+# nvidia-kernel-common-535 / -535-server (the -open branches' signed modules depend on the proprietary one's)
+_COMMON = re.compile(
+    r"nvidia-kernel-common-(?P<branch>[0-9]+(?:-server)?)\s*\(\s*(?P<op>>=|=|>>)\s*(?P<ver>[^)\s]+)\s*\)"
+)
 
 
 def _signed_built_for(depends: str) -> str | None:
-    """The driver version a signed module package is built for, from its nvidia-kernel-common dependency."""
+    """The driver version a signed module package is built for, from its nvidia-kernel-common dependency
+    (``nvidia-kernel-common-535-server (>= 535.183.01)`` for ``linux-modules-nvidia-535-server-<kernel>``)."""
     m = _COMMON.search(depends)
     return _upstream(m.group("ver")) if m else None
 
@@ -257,7 +260,7 @@ def plan_host(
     installed_k = pkgs.kernel(target)
     target_version = candidates.get(target)
     source, reason = choose_module_source(module_source, facts.secure_boot.enabled)
-    branch = pkgs.driver_branch
+    branch = pkgs.driver_branch if is_branch(pkgs.driver_branch) else None  # host output: a name, or nothing
     image = f"linux-image-{target}"
     install: list[str] = [] if installed_k is not None else [image]
     specs: list[str] = list(install)

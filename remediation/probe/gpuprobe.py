@@ -133,7 +133,16 @@ KERNEL_NON_META = frozenset(
 )
 KERNEL_NON_META_PREFIXES = ("linux-tools-", "linux-cloud-tools-", "linux-source-", "linux-doc-", "linux-kbuild-")
 NVIDIA_PACKAGE_RE = re.compile(r"^(nvidia-|libnvidia-|cuda-drivers)")
-DRIVER_PACKAGE_RE = re.compile(r"^nvidia-driver(?:-(?P<branch>\d+))?(?:-(?:open|server|server-open))?$")
+# A driver branch as Ubuntu's package names carry it: 535, 535-server, 535-open, 535-server-open.
+_BRANCH = r"(?P<branch>\d+(?:-server)?(?:-open)?)"
+DRIVER_PACKAGE_RE = re.compile(r"^nvidia-driver(?:-" + _BRANCH + r"|-open|-server|-server-open)?$")
+# Without nvidia-driver-<branch> (ubuntu-drivers --gpgpu installs the headless packages): packages that name the
+# whole branch, -open included ...
+BRANCH_PACKAGE_RE = re.compile(r"^nvidia-(?:headless-no-dkms|headless|dkms|kernel-source)-" + _BRANCH + r"$")
+# ... then the userspace, which Ubuntu's -open packages share with the proprietary branch (no -open here).
+USERSPACE_PACKAGE_RE = re.compile(
+    r"^(?:libnvidia-compute|nvidia-utils|nvidia-kernel-common|libnvidia-gl)-(?P<branch>\d+(?:-server)?)$"
+)
 
 
 # --------------------------------------------------------------------------------------------------
@@ -969,16 +978,17 @@ def collect_packages(options, secure_boot=None):
 
 def _driver_package(nvidia):
     # type: (Dict[str, Optional[str]]) -> Tuple[Optional[str], Optional[str], Optional[str]]
+    """The driver package, its upstream version and the driver branch, whole (``535-server``, ``535-open``: the
+    signed module packages and every other name follow from it): ``nvidia-driver-<branch>`` first, else a package
+    naming the whole branch (headless, DKMS, kernel source), else the userspace (never ``-open``)."""
     candidates = []
     for name, version in nvidia.items():
-        match = DRIVER_PACKAGE_RE.match(name)
-        if match:
-            candidates.append((0 if match.group("branch") else 1, name, version, match.group("branch")))
-    if not candidates:
-        for prefix in ("libnvidia-compute-", "nvidia-utils-", "nvidia-kernel-common-", "libnvidia-gl-"):
-            for name, version in nvidia.items():
-                if name.startswith(prefix) and re.match(r"\d+", name[len(prefix) :]):
-                    candidates.append((2, name, version, re.match(r"\d+", name[len(prefix) :]).group(0)))
+        for rank, pattern in ((0, DRIVER_PACKAGE_RE), (2, BRANCH_PACKAGE_RE), (3, USERSPACE_PACKAGE_RE)):
+            match = pattern.match(name)
+            if match:
+                branch = match.group("branch")
+                candidates.append((rank if branch or rank else 1, name, version, branch))
+                break
     if not candidates:
         return None, None, None
     candidates.sort(key=lambda c: (c[0], c[1]))
@@ -989,9 +999,9 @@ def _driver_package(nvidia):
     return name, upstream, branch
 
 
-_SIGNED_PACKAGE_RE = re.compile(
-    r"^linux-modules-nvidia-(?P<branch>\d+)(?:-server|-open|-server-open)?-(?P<release>.+)$"
-)
+# linux-modules-nvidia-535-6.5.0-1025-azure, linux-modules-nvidia-535-server-open-6.5.0-1025-azure: a release
+# starts with a digit, so the branch and the release part unambiguously (the flavour meta-packages do not match).
+_SIGNED_PACKAGE_RE = re.compile(r"^linux-modules-nvidia-" + _BRANCH + r"-(?P<release>\d.*)$")
 
 
 def _kernel_entry(options, release, image_package, installed, secure_boot=None):

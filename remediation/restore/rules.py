@@ -50,7 +50,13 @@ from remediation.checks.debversion import compare_versions
 from remediation.checks.kernel import kernel_newer
 from remediation.facts import HostFacts, KernelPackage
 from remediation.findings import Finding
-from remediation.kernelflavour import flavour_metas, signed_module_package
+from remediation.kernelflavour import (
+    branch_number,
+    driver_install_packages,
+    flavour_metas,
+    is_branch,
+    signed_module_package,
+)
 
 __all__ = [
     "CHANGING",
@@ -331,7 +337,7 @@ def _rebuild(
                    f"reinstall {driver}={version} (DKMS builds the module for {kernel})", *tail),
             **base,
         )
-    branch = pkgs.driver_branch
+    branch = pkgs.driver_branch if is_branch(pkgs.driver_branch) else None  # host output: a name, or nothing
     if not branch or kernel is None:
         return Decision(host, Action.MANUAL, f"{why}; no driver branch known to name the signed module package",
                         ids, blocked="no NVIDIA driver branch installed", **base)
@@ -352,6 +358,26 @@ def _rebuild(
         needs_reboot=needs_reboot, module_source="signed", module_source_reason=reason, dkms_remove=dkms_version,
         steps=(*steps, *tail), **base,
     )
+
+
+def _install_branch(
+    host_vars: Mapping[str, Any], left: str | None, expected: str
+) -> tuple[str | None, str | None]:
+    """The branch to install on a host without a driver, and why there is none: ``nvidia_driver_branch`` from the
+    inventory, else the branch packages left on the host name (``nvidia-kernel-common-535-server``, the probe's
+    ``driver_branch``) when its number is the expected version's. The version alone never names a branch: 535.183.01
+    is ``535``, ``535-server`` and ``535-open`` alike, each with its own packages."""
+    wanted = host_vars.get("nvidia_driver_branch")
+    if wanted:
+        wanted = str(wanted)
+        if not is_branch(wanted):
+            return None, f"nvidia_driver_branch {wanted!r} is not a driver branch (535, 535-server, 535-open)"
+        return wanted, None
+    major = expected.split(".")[0]
+    if left and is_branch(left) and branch_number(left) == major:
+        return left, None
+    return None, (f"nvidia_driver_branch is not set for this host and nothing installed names the branch of"
+                  f" {expected} ({major}, {major}-server or {major}-open): set nvidia_driver_branch")
 
 
 def _upstream(debian_version: str | None) -> str:
@@ -394,14 +420,16 @@ def decide(
     booted = facts.system.kernel
     names: tuple[str, ...]
     if "GPU-DRV-003" in ids:
-        branch = host_vars.get("nvidia_driver_branch") or (expected.split(".")[0] if expected else None)
-        if not expected or not branch:
+        if not expected:
             return Decision(
                 host, Action.MANUAL, "driver not installed and no nvidia_driver_expected_version in the inventory",
                 ids, blocked="nvidia_driver_expected_version is not set for this host", **base,
             )
-        driver: str | None = f"nvidia-driver-{branch}"
-        names = (str(driver), f"nvidia-utils-{branch}", f"libnvidia-compute-{branch}")
+        branch, problem = _install_branch(host_vars, pkgs.driver_branch, expected)
+        if branch is None:
+            return Decision(host, Action.MANUAL, f"driver not installed: {problem}", ids, blocked=problem, **base)
+        names = driver_install_packages(branch)
+        driver: str | None = names[0]
         decision = Decision(
             host, Action.INSTALL, f"driver not installed: install {driver} {expected}", ids,
             target_kernel=booted, driver_package=driver, driver_version=None,

@@ -173,13 +173,61 @@ def test_driver_package_preference() -> None:
     name, version, branch = gpuprobe._driver_package(
         {"libnvidia-compute-550": "550.54.15-0ubuntu1", "nvidia-driver-550-server-open": "550.54.15-0ubuntu1"}
     )
-    assert (name, version, branch) == ("nvidia-driver-550-server-open", "550.54.15", "550")
+    # The whole branch: the signed modules of 550-server-open are linux-modules-nvidia-550-server-open-<kernel>.
+    assert (name, version, branch) == ("nvidia-driver-550-server-open", "550.54.15", "550-server-open")
     assert gpuprobe._driver_package({"libnvidia-compute-535": "535.183.01-0ubuntu1"}) == (
         "libnvidia-compute-535",
         "535.183.01",
         "535",
     )
     assert gpuprobe._driver_package({}) == (None, None, None)
+
+
+@pytest.mark.parametrize(
+    ("installed", "expected"),
+    [
+        # ubuntu-drivers install --gpgpu: the datacenter branch, every package its own
+        ({"nvidia-driver-535-server": "535.183.01-0ubuntu0.22.04.1",
+          "nvidia-kernel-common-535-server": "535.183.01-0ubuntu0.22.04.1"},
+         ("nvidia-driver-535-server", "535.183.01", "535-server")),
+        # -open shares the proprietary branch's userspace and nvidia-kernel-common: the driver package names it
+        ({"nvidia-driver-535-open": "535.183.01-0ubuntu0.22.04.1", "nvidia-utils-535": "535.183.01-0ubuntu0.22.04.1",
+          "nvidia-kernel-common-535": "535.183.01-0ubuntu0.22.04.1"},
+         ("nvidia-driver-535-open", "535.183.01", "535-open")),
+        # headless (no nvidia-driver-*): the package naming the whole branch wins over the shared userspace
+        ({"nvidia-headless-no-dkms-535-open": "535.183.01-0ubuntu0.22.04.1",
+          "libnvidia-compute-535": "535.183.01-0ubuntu0.22.04.1"},
+         ("nvidia-headless-no-dkms-535-open", "535.183.01", "535-open")),
+        ({"nvidia-dkms-535-server": "535.183.01-1", "libnvidia-compute-535-server": "535.183.01-1"},
+         ("nvidia-dkms-535-server", "535.183.01", "535-server")),
+        # only userspace left: -server is kept, -open cannot be told (it is not in these names)
+        ({"libnvidia-compute-535-server": "535.183.01-1"}, ("libnvidia-compute-535-server", "535.183.01",
+                                                             "535-server")),
+        # not a branch: a suffix Ubuntu does not use is no package of a branch
+        ({"nvidia-utils-535-foo": "535.183.01-1"}, (None, None, None)),
+    ],
+)
+def test_driver_branch_is_the_whole_suffix(installed: dict[str, str], expected: tuple[str, str, str]) -> None:
+    assert gpuprobe._driver_package(installed) == expected
+
+
+@pytest.mark.parametrize(
+    ("name", "branch", "release"),
+    [
+        ("linux-modules-nvidia-535-6.5.0-1025-azure", "535", "6.5.0-1025-azure"),
+        ("linux-modules-nvidia-535-server-6.5.0-1025-azure", "535-server", "6.5.0-1025-azure"),
+        ("linux-modules-nvidia-535-open-6.5.0-45-generic", "535-open", "6.5.0-45-generic"),
+        ("linux-modules-nvidia-550-server-open-6.8.0-1021-azure", "550-server-open", "6.8.0-1021-azure"),
+    ],
+)
+def test_signed_module_package_names_branch_and_kernel(name: str, branch: str, release: str) -> None:
+    match = gpuprobe._SIGNED_PACKAGE_RE.match(name)
+    assert match is not None and (match.group("branch"), match.group("release")) == (branch, release)
+
+
+def test_signed_module_meta_packages_name_no_kernel() -> None:
+    for meta in ("linux-modules-nvidia-535-server-azure", "linux-modules-nvidia-535-open-generic"):
+        assert gpuprobe._SIGNED_PACKAGE_RE.match(meta) is None
 
 
 DMESG = """\
