@@ -434,7 +434,8 @@ def driver_restore(
                         batch_out.append(HostOutcome(d.host, d, HostStatus.REBOOT_REQUIRED, detail=(
                             "package work done; reboot required to finish (pass --allow-reboot)"), changed=changed))
                         continue
-                    gate = methods[d.host].verify(d, after_h)
+                    ours = journal if journal is not None and journal.run_id == run_id else None
+                    gate = methods[d.host].verify(d, after_h, ours)
                     if gate.ok:
                         batch_out.append(HostOutcome(d.host, d, HostStatus.RESTORED, detail=gate.detail,
                                                      changed=changed))
