@@ -319,7 +319,7 @@ def undo(
         done: list[str] = []
         failures: list[str] = []
         try:
-            for change in reversed(journal.get("changes") or []):
+            for change in journal.get("changes") or []:  # the host's driver first, then the resource's state
                 if change.get("kind") == "azure_extension":
                     arm = arm or _client(azure)
                     done.append(_extension_left(arm, change))
