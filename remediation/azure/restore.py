@@ -174,6 +174,14 @@ def _driver(packages: Mapping[str, str]) -> str:
     return ", ".join(f"{n} {packages[n]}" for n in names) or "no NVIDIA driver package"
 
 
+def _recorded(before: Any) -> dict[str, str]:
+    """The journal's package -> version record, as :func:`parse_packages` admits them (the journal is read back from
+    the host: a name that is not a Debian package name never reaches apt, where it could pass as an option)."""
+    if not isinstance(before, Mapping):
+        raise ValueError(f"the journal's driver_packages record is not a mapping: {str(before)[:80]!r}")
+    return {str(n): str(v) for n, v in before.items() if _PACKAGE_NAME.match(str(n)) and _VERSION.match(str(v))}
+
+
 def _bring_back(host: Host, before: Mapping[str, str], settings: Mapping[str, Any]) -> tuple[bool, str]:
     """Put the host's NVIDIA packages back as ``before`` (apt, downgrades allowed): (ok, what the host is now)."""
     now, why = _read_packages(host)
@@ -325,7 +333,7 @@ def undo(
                     done.append(_extension_left(arm, change))
                 elif change.get("kind") == "driver_packages":
                     before = json.loads(change["before"]) if change.get("before") else {}
-                    ok, what = _bring_back(host, {str(k): str(v) for k, v in dict(before).items()}, settings)
+                    ok, what = _bring_back(host, _recorded(before), settings)
                     (done if ok else failures).append(what)
         except (AzureApiError, ValueError, KeyError, TypeError) as exc:
             failures.append(f"undo {EXTENSION_TYPE}: {exc}")

@@ -184,3 +184,10 @@ def test_package_lines_from_the_host_are_parsed_strictly() -> None:
             "libnvidia-compute-535\t$(reboot)\tii \n"
             "garbage\n")
     assert restore.parse_packages(text) == {"nvidia-driver-535": "535.183.01-0ubuntu0.22.04.1"}
+
+
+def test_a_journal_record_from_the_host_never_passes_an_option_to_apt() -> None:
+    assert restore._recorded({"nvidia-driver-535": "535.183.01-0ubuntu1", "-oDPkg::Pre-Invoke::": "touch /x",
+                              "nvidia-utils-535": "$(id)"}) == {"nvidia-driver-535": "535.183.01-0ubuntu1"}
+    with pytest.raises(ValueError, match="not a mapping"):
+        restore._recorded(["nvidia-driver-535"])
