@@ -11,10 +11,11 @@ __all__ = ["FLOW_VARIABLES"]
 #: name -> what reads it and what it means.
 FLOW_VARIABLES: dict[str, str] = {
     "nvidia_driver_expected_version": "the fleet's NVIDIA driver (upstream version): the audit's GPU-DRV-005, the "
-    "restore's gate, installs",
+    "apt restore's gate, installs (the extension method's gate takes the version the extension reports)",
     "nvidia_driver_branch": "the driver branch, whole (535, 535-server, 535-open), for installs (GPU-DRV-003)",
     "gpu_expected_count": "GPUs per host (the audit's GPU-HW-003); default from the VM size",
-    "azure_vm_size": "the VM size (Standard_NC24ads_A100_v4): GPU count and model from remediation/skus.py",
+    "azure_vm_size": "the VM size (Standard_NC24ads_A100_v4): GPU count and model from remediation/skus.py; the "
+    "driver extension's driver type (NC/ND: CUDA, NV: GRID) and so its supported releases",
     "driver_restore_method": "apt | azure-extension: how `invoke driver-restore --method auto` restores the host",
     "gpufleet_cordoned": "true: every changing flow leaves the host alone (also the marker /etc/gpufleet/cordoned)",
     "azure_vm_resource_id": "the host's Azure VM (ARM id), for the driver extension",

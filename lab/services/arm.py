@@ -21,8 +21,13 @@ response schema. Long-running operations move ``InProgress`` -> ``Succeeded | Fa
 recorded (:attr:`ArmService.requests`) without its token.
 
 The VM-extension handler stands in for the Azure VM agent: a PUT of ``NvidiaGpuDriverLinux`` runs the configured
-agent (:class:`LabDriverAgent`: installs the driver on the lab host mapped to that VM, through the lab's own control
-API, and reboots it) while the operation is ``InProgress``.
+agent (:class:`LabDriverAgent`: installs the latest driver of the host's branch on the lab host mapped to that VM,
+through the lab's own control API, and reboots it) while the operation is ``InProgress``. Before that it plays the
+extension's documented limits (:func:`documented_failure`, from Microsoft Learn's "NVIDIA GPU Driver Extension for
+Linux" and the driver list it links): on a Secure Boot (Trusted Launch) VM the install never finishes and ARM ends
+the operation with ``VMExtensionProvisioningTimeout``; on a release its driver type does not support it exits 12
+("Image offer not supported"); on a size that is not an NVIDIA N-series size it exits 13. The VM's Secure Boot and
+release are the mapped lab host's (its SecureBoot EFI variable, its ``/etc/os-release``), else the VM record's.
 
 For manual use and the README: ``python -m lab.services.arm --config-dir DIR`` starts it, registers a test cloud and
 logs a test service principal in under ``DIR`` (an ``AZURE_CONFIG_DIR``), and prints the two variables to export.
@@ -58,11 +63,13 @@ __all__ = [
     "AgentResult",
     "ArmService",
     "Cluster",
+    "Failure",
     "LabDriverAgent",
     "QuotaScript",
     "RequestRecord",
     "TlsFiles",
     "VirtualMachine",
+    "documented_failure",
     "make_test_ca",
     "write_az_config",
 ]
@@ -207,6 +214,61 @@ class VirtualMachine:
     size: str = "Standard_NC24ads_A100_v4"
     lab_host: str | None = None  # the lab host the agent acts on
     extensions: dict[str, Extension] = field(default_factory=dict)
+    secure_boot: bool = False  # a Trusted Launch VM with Secure Boot on (securityProfile.uefiSettings)
+    os_id: str = "ubuntu"  # the guest's /etc/os-release ID and VERSION_ID (a mapped lab host's own win)
+    os_version: str = "22.04"
+
+
+@dataclass(frozen=True)
+class Failure:
+    """How a documented limit ends the extension's provisioning: ARM's error code, the instance view's messages."""
+
+    code: str
+    message: str
+    statuses: tuple[str, ...]
+    transitioning: bool = False  # the install never reported an end (ARM timed it out)
+
+
+# The extension's documented support (Microsoft Learn hpccompute-gpu-linux, 2025-06-30: CUDA on Ubuntu 20.04, GRID on
+# 22.04 and 24.04; the driver list it links, azhpc-extensions Nvidia-GPU-Linux-Resources.json 20240829: CUDA 12.2 on
+# 22.04, CUDA 12.1 on 18.x/20.x, GRID 535.161.08 on 22.04/20.04/18.04). This stand-in's own copy, as the service's.
+EXTENSION_UBUNTU = {"CUDA": ("18.04", "20.04", "22.04"), "GRID": ("18.04", "20.04", "22.04", "24.04")}
+
+
+def extension_driver_type(size: str, settings: Mapping[str, Any]) -> str | None:
+    """CUDA for NC/ND sizes (GRID with installGridNC/installGridND), GRID for NV sizes; None: not an NVIDIA size."""
+    s = size.lower()
+    if (s.endswith("as_v4") and s.startswith("standard_nv")) or "mi300x" in s:  # AMD GPUs (NVv4, ND MI300X v5)
+        return None
+    if s.startswith("standard_nv"):
+        return "GRID"
+    for prefix, grid in (("standard_nc", "installGridNC"), ("standard_nd", "installGridND")):
+        if s.startswith(prefix):
+            return "GRID" if str(settings.get(grid, False)).lower() in ("true", "1") else "CUDA"
+    return None
+
+
+def documented_failure(vm: VirtualMachine, ext: Extension, secure_boot: bool, os_id: str,
+                       os_version: str) -> Failure | None:
+    """The failure the real extension reports on this VM, or None when its documented limits let it install."""
+    if secure_boot:
+        # Secure Boot is not supported by the extension: its DKMS module needs a MOK enrolled, the install waits on
+        # mokutil's password prompt, and the VM agent never hears back (Azure/azure-linux-extensions#1754).
+        return Failure(
+            "VMExtensionProvisioningTimeout",
+            f"Provisioning of VM extension {ext.name} has timed out. Extension provisioning has taken too long to"
+            " complete. The extension last reported \"Enable in progress\".",
+            ("Enable in progress",), transitioning=True,
+        )
+    kind = extension_driver_type(vm.size, ext.settings)
+    if kind is None:
+        return Failure("VMExtensionProvisioningError", "", (f"Enable failed with exit code 13: VM size not supported"
+                                                              f" ({vm.size} is not an NVIDIA N-series size)",))
+    if os_id.lower() != "ubuntu" or os_version not in EXTENSION_UBUNTU[kind]:
+        return Failure("VMExtensionProvisioningError", "", (
+            f"Enable failed with exit code 12: Image offer not supported ({os_id} {os_version} is not supported for"
+            f" {kind} drivers)",))
+    return None
 
 
 @dataclass
@@ -648,10 +710,15 @@ class ArmService(LoopbackService):
         return f"/subscriptions/{ids[0]}/resourceGroups/{ids[1]}/providers/Microsoft.Compute/virtualMachines/{ids[2]}"
 
     def get_vm(self, ids: tuple[str, str, str], vm: VirtualMachine) -> _Reply:
-        body = {"id": self._vm_path(ids), "name": ids[2], "type": "Microsoft.Compute/virtualMachines",
-                "location": vm.location,
-                "properties": {"vmId": str(uuid.uuid5(uuid.NAMESPACE_URL, self._vm_path(ids).lower())),
-                               "hardwareProfile": {"vmSize": vm.size}, "provisioningState": "Succeeded"}}
+        body: dict[str, Any] = {
+            "id": self._vm_path(ids), "name": ids[2], "type": "Microsoft.Compute/virtualMachines",
+            "location": vm.location,
+            "properties": {"vmId": str(uuid.uuid5(uuid.NAMESPACE_URL, self._vm_path(ids).lower())),
+                           "hardwareProfile": {"vmSize": vm.size}, "provisioningState": "Succeeded"},
+        }
+        if vm.secure_boot:
+            body["properties"]["securityProfile"] = {
+                "securityType": "TrustedLaunch", "uefiSettings": {"secureBootEnabled": True, "vTpmEnabled": True}}
         return _Reply(200, self.checked(VM, _VM_T, "get", 200, body))
 
     def _extension_body(self, ids: tuple[str, str, str], vm: VirtualMachine, ext: Extension,
@@ -736,9 +803,24 @@ class ArmService(LoopbackService):
         answer = self._extension_body(ids, vm, ext, False)
         return _Reply(status, self.checked(VM, _EXT_T, "put", status, answer), headers)
 
+    def _guest(self, vm: VirtualMachine) -> tuple[bool, str, str]:
+        """(Secure Boot on, os ID, VERSION_ID) of the VM's guest: the agent's lab host when it can tell, else the
+        VM record's."""
+        guest = getattr(self.agent, "guest", None)
+        if callable(guest):
+            found = guest(vm)
+            if found is not None:
+                return found  # type: ignore[no-any-return]
+        return vm.secure_boot, vm.os_id, vm.os_version
+
     def _run_agent(self, vm: VirtualMachine, ext: Extension, op: Operation) -> None:
+        failure = None
         try:
-            if self.agent is not None and ext.type.lower() == "nvidiagpudriverlinux":
+            if ext.type.lower() == "nvidiagpudriverlinux":
+                failure = documented_failure(vm, ext, *self._guest(vm))
+            if failure is not None:
+                result = AgentResult(False, failure.statuses)
+            elif self.agent is not None and ext.type.lower() == "nvidiagpudriverlinux":
                 result = self.agent(vm, ext)
             else:
                 result = AgentResult(True, (f"Enable succeeded: {ext.type} {ext.version}",))
@@ -746,13 +828,20 @@ class ArmService(LoopbackService):
             result = AgentResult(False, (f"Enable failed: {type(exc).__name__}: {exc}",))
         with self.lock:
             ext.state = "Succeeded" if result.ok else "Failed"
-            ext.statuses = [{"code": f"ProvisioningState/{ext.state.lower()}",
-                             "level": "Info" if result.ok else "Error",
-                             "displayStatus": "Provisioning succeeded" if result.ok else "Provisioning failed",
-                             "message": m, "time": _now()} for m in result.messages]
+            if failure is not None and failure.transitioning:  # the extension itself never reported an end
+                ext.statuses = [{"code": "ProvisioningState/transitioning", "level": "Info",
+                                 "displayStatus": "Transitioning", "message": m, "time": _now()}
+                                for m in result.messages]
+            else:
+                ext.statuses = [{"code": f"ProvisioningState/{ext.state.lower()}",
+                                 "level": "Info" if result.ok else "Error",
+                                 "displayStatus": "Provisioning succeeded" if result.ok else "Provisioning failed",
+                                 "message": m, "time": _now()} for m in result.messages]
             op.status = ext.state
             op.ended = _now()
-            if not result.ok:
+            if failure is not None and failure.message:
+                op.error = {"code": failure.code, "message": failure.message}
+            elif not result.ok:
                 op.error = {"code": "VMExtensionProvisioningError",
                             "message": f"VM has reported a failure when processing extension '{ext.name}'"
                                        f" (publisher '{ext.publisher}' and type '{ext.type}'). Error message: "
@@ -943,11 +1032,33 @@ def write_az_config(
 
 # -- the VM agent's stand-in -----------------------------------------------------------------------------------------
 class LabDriverAgent:
-    """What NvidiaGpuDriverLinux does on the VM, done on the mapped lab host: driver for the running kernel, reboot."""
+    """What NvidiaGpuDriverLinux does on the VM, done on the mapped lab host: the latest driver of the host's branch
+    for the running kernel (the extension installs the latest supported driver unless told otherwise), reboot, and
+    the installed driver version in its status."""
 
     def __init__(self, lab: Lab, reboot_timeout: float = 120.0) -> None:
         self.lab = lab
         self.reboot_timeout = reboot_timeout
+
+    def guest(self, vm: VirtualMachine) -> tuple[bool, str, str] | None:
+        """(Secure Boot on, os ID, VERSION_ID) as the mapped lab host shows them, or None (no host mapped)."""
+        host = vm.lab_host
+        if host is None:
+            return None
+        efivar = self.lab.host_path(host, "/sys/firmware/efi/efivars/SecureBoot-8be4df61-93ca-11d2-aa0d-00e098032b8c")
+        try:
+            data = efivar.read_bytes()
+            secure = len(data) >= 5 and data[4] == 1
+        except OSError:
+            secure = False
+        fields: dict[str, str] = {}
+        try:
+            for line in self.lab.host_path(host, "/etc/os-release").read_text().splitlines():
+                key, _, value = line.partition("=")
+                fields[key.strip()] = value.strip().strip('"')
+        except OSError:
+            pass
+        return secure, fields.get("ID", vm.os_id), fields.get("VERSION_ID", vm.os_version)
 
     def __call__(self, vm: VirtualMachine, ext: Extension) -> AgentResult:
         host = vm.lab_host
@@ -961,20 +1072,20 @@ class LabDriverAgent:
         headers = run(host, ["apt-get", "install", "-y", "-q", f"linux-headers-{kernel}"], check=False)
         if headers.returncode != 0:
             return AgentResult(False, (f"Enable failed: linux-headers-{kernel}: {_last(headers)}",))
-        if driver is None:
-            target = "nvidia-driver-535"
-            step = run(host, ["apt-get", "install", "-y", "-q", target], check=False)
-        else:
-            target = f"{driver[0]}={driver[1]}"
-            step = run(host, ["apt-get", "install", "--reinstall", "-y", "-q", target], check=False)
+        target = driver[0] if driver is not None else "nvidia-driver-535"
+        # The candidate version: the newest the host's sources have (an upgrade), else a reinstall that makes DKMS
+        # build the module for the running kernel.
+        step = run(host, ["apt-get", "install", "--reinstall", "-y", "-q", target], check=False)
         if step.returncode != 0:
             return AgentResult(False, (f"Enable failed: installing {target}: {_last(step)}",))
         module = self.lab.host_path(host, f"/lib/modules/{kernel}/updates/dkms/nvidia.ko")
         if not module.exists():
             return AgentResult(False, (f"Enable failed: the NVIDIA module was not built for kernel {kernel}",))
+        version = run(host, ["dpkg-query", "-W", "-f", "${Version}", target], check=False).stdout.strip()
+        upstream = version.split(":", 1)[-1].rsplit("-", 1)[0]
         self.lab.reboot(host, wait=True, timeout=self.reboot_timeout)
-        return AgentResult(True, (f"Enable succeeded: NVIDIA driver {target} installed for kernel {kernel}",
-                                  "The VM was restarted to load the driver"))
+        return AgentResult(True, (f"Enable succeeded: NVIDIA driver {upstream} installed for kernel {kernel}"
+                                  f" ({target} {version})", "The VM was restarted to load the driver"))
 
 
 def _last(proc: Any) -> str:

@@ -36,8 +36,9 @@ __all__ = [
     "VmRef",
     "extension_config",
     "extension_from_dict",
+    "extension_state",
     "find_driver_extension",
-    "put_back",
+    "packages_change",
     "reinstall",
     "vm_ref",
 ]
@@ -265,29 +266,13 @@ def reinstall(
     return ReinstallResult(vm, location, ext_id, prior, after, True, tuple(steps))
 
 
-def put_back(client: ArmClient, extension_id: str, before: Mapping[str, Any] | None, *,
-             timeout_s: float | None = None) -> str:
-    """Undo a reinstall: the extension as it was (``before``), or removed when there was none. Returns what it did."""
-    path = extension_id if extension_id.startswith("/") else "/" + extension_id
-    name = path.rsplit("/", 1)[-1]
-    if before is None:
-        first = client.send("DELETE", client.url(path, COMPUTE_API), ok=(404,))
-        if first.status != 404:
-            client.wait(first, f"remove {name}", timeout_s=timeout_s)
-        return f"removed {name} (there was none before this run)"
-    vm_path = path.split("/extensions/", 1)[0]
-    machine = client.get(vm_path, COMPUTE_API) or {}
-    current = find_driver_extension(client, vm_path)
-    wanted = ExtensionConfig(str(before.get("typeHandlerVersion") or ""), dict(before.get("settings") or {}),
-                             bool(before.get("autoUpgradeMinorVersion", True)))
-    if current is not None and current.config() == wanted and current.provisioning_state.lower() == "succeeded":
-        return f"{name} already as before (typeHandlerVersion {wanted.type_handler_version})"
-    first = client.send("PUT", client.url(path, COMPUTE_API), wanted.body(str(machine.get("location") or "")))
-    outcome = client.wait(first, f"put back {name}", timeout_s=timeout_s)
-    if not outcome.succeeded:
-        raise ArmError(f"putting back {name} typeHandlerVersion {wanted.type_handler_version} ended {outcome.state}:"
-                       f" {outcome.error_code} {outcome.error_message}".rstrip())
-    return f"put back {name} typeHandlerVersion {wanted.type_handler_version}: {outcome.state}"
+def extension_state(client: ArmClient, extension_path: str) -> ExtensionState | None:
+    """The extension at ``extension_path`` with its instance view, or None when the VM has none by that name."""
+    path = extension_path if extension_path.startswith("/") else "/" + extension_path
+    first = client.send("GET", client.url(path, COMPUTE_API, **{"$expand": "instanceView"}), ok=(404,))
+    if first.status == 404:
+        return None
+    return extension_from_dict(first.body or {})
 
 
 def journal_change(extension_id: str, before: Mapping[str, Any] | None, after: Mapping[str, Any]) -> dict[str, Any]:
@@ -301,6 +286,12 @@ def journal_change(extension_id: str, before: Mapping[str, Any] | None, after: M
     }
 
 
+def packages_change(packages: Mapping[str, str]) -> dict[str, Any]:
+    """The journal's record of the host's NVIDIA packages before the extension ran (kind ``driver_packages``)."""
+    return {"kind": "driver_packages", "path": None, "packages": [],
+            "before": json.dumps(dict(packages), sort_keys=True), "after": None}
+
+
 def summary(config_json: str | None) -> str:
     """``typeHandlerVersion 1.9`` from a journal's before/after text."""
     if not config_json:
@@ -312,12 +303,28 @@ def summary(config_json: str | None) -> str:
     return f"typeHandlerVersion {data.get('typeHandlerVersion', '?')}"
 
 
+def packages_summary(packages_json: str | None) -> str:
+    """``nvidia-driver-535 535.183.01-0ubuntu1`` from a ``driver_packages`` record (its driver metapackages)."""
+    try:
+        data = json.loads(packages_json or "{}")
+    except ValueError:
+        return "unreadable"
+    if not isinstance(data, dict):
+        return "unreadable"
+    names = sorted(str(n) for n in data if str(n).startswith("nvidia-driver-"))
+    return ", ".join(f"{n} {data[n]}" for n in names) or "no NVIDIA driver package"
+
+
 def status_messages(config_json: str | None) -> str:
-    """``: <the extension's status messages>`` from a journal's after text (empty when there are none)."""
+    """``: <the extension's status messages>`` from a journal's after text (empty when there are none), with the
+    driver version they name."""
     if not config_json:
         return ""
     try:
-        messages = json.loads(config_json).get("statusMessages") or []
+        data = json.loads(config_json)
+        messages = data.get("statusMessages") or []
+        reported = data.get("reportedDriverVersion")
     except (ValueError, AttributeError):
         return ""
-    return (": " + "; ".join(str(m) for m in messages)) if messages else ""
+    text = (": " + "; ".join(str(m) for m in messages)) if messages else ""
+    return text + (f" (driver {reported} reported)" if reported else "")

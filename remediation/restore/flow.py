@@ -3,7 +3,8 @@
 audit (read-only) -> per-host plan (printed) -> ``--check`` stops -> confirm unless ``--yes`` -> the fleet lock
 (local) and the restore lease on every reachable host of the fleet (so a second controller or clone is refused) ->
 per batch: apply (each host's method: ``playbooks/driver_restore.yml`` through ``run_playbook`` for apt, limited to
-the batch) -> health gate (re-audit the batch: NVML answers with the expected driver, no GPU-DRV-001) -> on a failed
+the batch) -> health gate (re-audit the batch: NVML answers with the expected driver, no GPU-DRV-001; the
+extension method expects the driver the extension reported, read from this run's journal) -> on a failed
 host, undo exactly what this run recorded there -> stop after ``max_failures`` failed hosts; hosts after the stop are
 not touched. A host whose restore needs a reboot that was not allowed gets the package work, is reported "reboot
 required to finish" and counts as not restored (non-zero exit), but not as a gate failure.
@@ -434,7 +435,8 @@ def driver_restore(
                         batch_out.append(HostOutcome(d.host, d, HostStatus.REBOOT_REQUIRED, detail=(
                             "package work done; reboot required to finish (pass --allow-reboot)"), changed=changed))
                         continue
-                    gate = methods[d.host].verify(d, after_h)
+                    ours = journal if journal is not None and journal.run_id == run_id else None
+                    gate = methods[d.host].verify(d, after_h, ours)
                     if gate.ok:
                         batch_out.append(HostOutcome(d.host, d, HostStatus.RESTORED, detail=gate.detail,
                                                      changed=changed))

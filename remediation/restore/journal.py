@@ -10,6 +10,7 @@ The role writes the journal on the host *before* each change (write-ahead), at
                  {"kind": "module_built", "packages": [<kernel>], "path": /lib/modules/<kernel>, "after": <version>},
                  {"kind": "module_removed", "packages": [<kernel>], "path": /lib/modules/<kernel>, "before": <version>},
                  {"kind": "kernel_default", "path": <grubenv>, "before": <saved_entry or null>, "after": <entry>},
+                 {"kind": "driver_packages", "before": <JSON: NVIDIA package -> version before the extension ran>},
                  {"kind": "azure_extension", "path": <extension resource id>, "before": <config JSON or null>,
                   "after": <config JSON>}],   # --method azure-extension (remediation/azure/restore.py)
      "undone": [...]}
@@ -40,7 +41,7 @@ JOURNAL_SCHEMA = "gpufleet.restore-journal/1"
 # short or its undo failed) keeps the host from a new change until the journal is undone, so it is never overwritten.
 FINISHED = frozenset({"applied", "reboot-required", "staged", "undone"})
 KINDS = ("packages_installed", "holds_added", "holds_released", "grub_default", "module_built", "module_removed",
-         "kernel_default", "azure_extension")
+         "kernel_default", "azure_extension", "driver_packages")
 
 
 @dataclass(frozen=True)
@@ -70,6 +71,10 @@ class Change:
             name = (self.path or "").rsplit("/", 1)[-1]
             return (f"VM extension {name} re-added ({summary(self.after)}; before: {summary(self.before)})"
                     + status_messages(self.after))
+        if self.kind == "driver_packages":  # written by remediation.azure.restore: what its undo brings back
+            from remediation.azure.extension import packages_summary
+
+            return f"recorded the NVIDIA packages before the extension ran ({packages_summary(self.before)})"
         return f"{self.path}: {self.before or '(no GRUB_DEFAULT line)'} -> {self.after}"
 
 

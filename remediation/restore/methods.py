@@ -9,9 +9,10 @@ Azure VM not mapped in the inventory) fails in planning, before any host is chan
 
 from __future__ import annotations
 
+import json
 from abc import ABC, abstractmethod
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -19,6 +20,7 @@ from remediation.audit import HostAudit
 from remediation.runner import PlaybookResult, run_playbook
 
 from .errors import RestoreError
+from .journal import Journal
 from .rules import METHOD_NAMES, Decision, Prefer, decide, resolve_method
 
 __all__ = ["METHODS", "AptMethod", "AzureExtensionMethod", "GateResult", "RestoreMethod", "method_for"]
@@ -60,8 +62,10 @@ class RestoreMethod(ABC):
         """A method's own guard on a changing decision (e.g. a method that cannot avoid a reboot); default none."""
         return decision
 
-    def verify(self, decision: Decision, after: HostAudit) -> GateResult:
-        """The health gate: probed, NVML answers, driver version as expected, no GPU-DRV-001 left."""
+    def verify(self, decision: Decision, after: HostAudit, journal: Journal | None = None) -> GateResult:
+        """The health gate: probed, NVML answers, driver version as expected, no GPU-DRV-001 left.
+
+        ``journal``: what this run recorded on the host (None: nothing, or another run's)."""
         facts = after.facts
         if facts is None:
             return GateResult(False, f"{after.status.value}: {after.error or 'not probed'}")
@@ -143,6 +147,41 @@ class AzureExtensionMethod(RestoreMethod):
         from remediation.azure import restore
 
         return restore.undo(hosts, inventory, settings)
+
+    def verify(self, decision: Decision, after: HostAudit, journal: Journal | None = None) -> GateResult:
+        """The driver the extension installed, not a pinned version: NVML answers, no GPU-DRV-001, and NVML's driver
+        version is the one the extension reported in its instance view (recorded in this run's journal).
+
+        The extension installs the latest supported driver unless told otherwise, and on NC/ND sizes its
+        ``driverVersion`` setting is a CUDA version: ``nvidia_driver_expected_version`` says nothing about it."""
+        base = super().verify(replace(decision, expected_version=None), after)
+        if not base.ok:
+            return base
+        facts = after.facts
+        assert facts is not None
+        running = facts.nvml.driver_version or ""
+        reported = _reported_version(journal)
+        if reported is None:
+            return GateResult(True, f"NVML ok, driver {running or '?'} (the extension named no driver version in its"
+                                    " status; not compared)")
+        if running != reported and not running.startswith(reported + "."):
+            return GateResult(False, f"driver {running or '?'} != {reported}, the version the extension reported")
+        return GateResult(True, f"NVML ok, driver {running}, the version the extension reported")
+
+
+def _reported_version(journal: Journal | None) -> str | None:
+    """The driver version the extension reported, from this run's ``azure_extension`` journal record."""
+    if journal is None:
+        return None
+    for change in journal.changes:
+        if change.kind != "azure_extension" or not change.after:
+            continue
+        try:
+            value = json.loads(change.after).get("reportedDriverVersion")
+        except (ValueError, AttributeError):
+            return None
+        return str(value) if value else None
+    return None
 
 
 METHODS: dict[str, type[RestoreMethod]] = {"apt": AptMethod, "azure-extension": AzureExtensionMethod}

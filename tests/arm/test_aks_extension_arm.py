@@ -9,7 +9,14 @@ import pytest
 from lab.services.arm import AgentResult, ArmService, Cluster, Extension, VirtualMachine
 from remediation.azure.aks import pools_report
 from remediation.azure.errors import ArmError, AzureInputError
-from remediation.azure.extension import ExtensionConfig, VmRef, extension_config, put_back, reinstall, vm_ref
+from remediation.azure.extension import (
+    ExtensionConfig,
+    VmRef,
+    extension_config,
+    extension_state,
+    reinstall,
+    vm_ref,
+)
 from tests.arm.armtest import SUB, make_client
 
 GPU_POOL = {"name": "gpunp", "vmSize": "Standard_NC24ads_A100_v4", "count": 3, "minCount": 1, "maxCount": 3,
@@ -112,14 +119,14 @@ def test_journal_failure_changes_nothing(arm: ArmService) -> None:
     assert [r.method for r in arm.arm_requests()] == ["GET", "GET"]
 
 
-def test_undo_puts_the_old_extension_back(arm: ArmService) -> None:
-    vm = _vm(arm)
+def test_extension_state_reads_the_instance_view_and_a_missing_one_is_none(arm: ArmService) -> None:
+    _vm(arm)
     client = make_client(arm)
     result = reinstall(client, VmRef(None, "rg-gpu", "gpu-vm-2"), ExtensionConfig("1.9"))
-    what = put_back(client, result.extension_id, result.before.config().to_dict() if result.before else None)
-    assert what == "put back nvidia typeHandlerVersion 1.6: Succeeded"
-    assert vm.extensions["nvidia"].version == "1.6" and vm.extensions["nvidia"].settings == {"installCUDA": True}
-    assert "removed" in put_back(client, result.extension_id, None) and vm.extensions == {}
+    state = extension_state(client, result.extension_id)
+    assert state is not None and (state.type_handler_version, state.provisioning_state) == ("1.9", "Succeeded")
+    assert any("Enable succeeded" in m for m in state.messages)
+    assert extension_state(client, result.extension_id.rsplit("/", 1)[0] + "/other") is None
 
 
 def test_missing_vm_is_arms_error(arm: ArmService) -> None:
@@ -150,15 +157,3 @@ def test_vm_mapping_forms() -> None:
     with pytest.raises(AzureInputError, match=r"not a version like 1\.9"):
         extension_config("h", {"azure_nvidia_driver_extension_version": 1.10})  # YAML 1.10 unquoted is 1.1
     assert extension_config("h", {"azure_nvidia_driver_extension_version": "1.10"}).type_handler_version == "1.10"
-
-
-def test_a_put_back_that_fails_is_an_error(arm: ArmService) -> None:
-    _vm(arm)
-    client = make_client(arm)
-    result = reinstall(client, VmRef(None, "rg-gpu", "gpu-vm-2"), ExtensionConfig("1.9"))
-    arm.agent = lambda vm, ext: AgentResult(False, ("Enable failed",))
-    try:
-        with pytest.raises(ArmError, match=r"putting back nvidia typeHandlerVersion 1\.6 ended Failed"):
-            put_back(client, result.extension_id, {"typeHandlerVersion": "1.6", "settings": {}})
-    finally:
-        arm.agent = None
