@@ -382,20 +382,31 @@ def remote_command(host: Host, command: str) -> str:
     ``sh -c``, so the whole of it runs with the privilege, never half of it."""
     if not host.become.enabled:
         return command
+    return f"{SUDO} {command}" if _simple(command) else f"{SUDO} sh -c {shlex.quote(command)}"
+
+
+#: Words the shell runs itself (keywords and builtins with no program of that name): sudo cannot exec them.
+_SHELL_ONLY = frozenset({"!", "{", ".", "alias", "case", "cd", "eval", "exec", "export", "for", "if", "local",
+                         "read", "readonly", "set", "shift", "source", "trap", "ulimit", "umask", "unset", "until",
+                         "wait", "while"})
+
+
+def _simple(command: str) -> bool:
+    """A program and its words, as :func:`shlex.join` writes them: something sudo can exec itself. A leading
+    ``NAME=value`` (``DEBIAN_FRONTEND=noninteractive apt-get ...``) or a shell keyword needs the shell."""
     try:
-        simple = shlex.join(shlex.split(command)) == command
+        words = shlex.split(command)
     except ValueError:
-        simple = False
-    return f"{SUDO} {command}" if simple else f"{SUDO} sh -c {shlex.quote(command)}"
+        return False
+    if not words or shlex.join(words) != command or words[0] in _SHELL_ONLY:
+        return False
+    name, eq, _ = words[0].partition("=")
+    return not (eq and name.isidentifier())
 
 
 def _program(command: str) -> str:
     """The program sudo runs for :func:`remote_command`'s ``command`` (``python3``, ``sh``), for messages."""
-    try:
-        words = shlex.split(command)
-    except ValueError:
-        return "sh"
-    return words[0] if words and shlex.join(words) == command else "sh"
+    return shlex.split(command)[0] if _simple(command) else "sh"
 
 
 def sudo_problem(host: Host, command: str, exit_code: int | None, stderr: str) -> str | None:

@@ -63,6 +63,12 @@ def test_the_command_goes_through_sudo_n_only_when_escalating() -> None:
     assert remote_command(_host(), "python3 - eyJvcCI6ICJyZWFkIn0=") == "sudo -n -- python3 - eyJvcCI6ICJyZWFkIn0="
     # A compound command runs whole under sudo, never its first half only.
     assert remote_command(_host(), "cat /x 2>/dev/null || true") == "sudo -n -- sh -c 'cat /x 2>/dev/null || true'"
+    # sudo execs programs: an environment assignment or a shell builtin in front needs the shell (sudo -- would
+    # look for a program named DEBIAN_FRONTEND=noninteractive).
+    apt = "DEBIAN_FRONTEND=noninteractive apt-get install -y -q nvidia-driver-535"
+    assert remote_command(_host(), apt) == "sudo -n -- sh -c " + shlex.quote(apt)
+    assert remote_command(_host(), "cd /tmp") == "sudo -n -- sh -c 'cd /tmp'"
+    assert remote_command(_host(), "apt-get install -y -o Foo=bar x") == "sudo -n -- apt-get install -y -o Foo=bar x"
     # Text shlex cannot split is no crash: the shell gets it, quoted, and judges it.
     assert remote_command(_host(), "echo 'unclosed") == "sudo -n -- sh -c " + shlex.quote("echo 'unclosed")
 
