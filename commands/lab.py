@@ -41,14 +41,18 @@ def the_lab(c: Any) -> Any:
         " size's: azure for Azure sizes)",
         "secure_boot": "hosts created now are Trusted Launch VMs: Secure Boot on, signed NVIDIA module"
         " (default: lab.secure_boot)",
+        "release": "Ubuntu release of hosts created now: jammy (22.04, 6.5 kernels) or noble (24.04, 6.8 kernels,"
+        " .ko.zst modules) (default: lab.release, jammy; lab.host_overrides.<host>.release wins)",
     }
 )
 @edge
-def up(c, hosts=3, flavour=None, secure_boot=False):  # type: ignore[no-untyped-def]
+def up(c, hosts=3, flavour=None, secure_boot=False, release=None):  # type: ignore[no-untyped-def]
     """Start the simulated GPU fleet (builds and caches the base image on first use)."""
     from remediation.report.console import print_lab_up
 
-    result = the_lab(c).up(int(hosts), flavour=flavour, secure_boot=True if secure_boot else None)
+    result = the_lab(c).up(
+        int(hosts), flavour=flavour, secure_boot=True if secure_boot else None, release=release
+    )
     print_lab_up(result)
 
 

@@ -23,7 +23,7 @@ from typing import Any
 from remediation.errors import LabError
 
 from . import hardware, inventory, packages
-from .base import Base, ensure_base
+from .base import Base, ensure_base, ensure_release
 from .config import MAX_HOSTS, LabConfig, LabPaths
 
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
@@ -41,6 +41,7 @@ class HostStatus:
     faults: tuple[str, ...]
     flavour: str = "generic"
     secure_boot: bool = False
+    release: str = "jammy"
 
 
 @dataclass(frozen=True)
@@ -177,8 +178,11 @@ class Lab:
             ["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", "gpulab-controller", "-f", str(key)], check=True
         )
 
-    def create_host(self, index: int, flavour: str = "generic", secure_boot: bool = False) -> None:
-        """Create a host's disk, keys and firmware. Its kernel flavour and Trusted Launch setting are fixed here."""
+    def create_host(
+        self, index: int, flavour: str = "generic", secure_boot: bool = False, release: str = "jammy"
+    ) -> None:
+        """Create a host's disk, keys and firmware. Its kernel flavour, Ubuntu release and Trusted Launch setting
+        are fixed here."""
         name = host_name(index)
         hdir = self.paths.host(name)
         keys = hdir / "keys"
@@ -210,6 +214,7 @@ class Lab:
             "sku": self.cfg.sku,
             "flavour": flavour,
             "secure_boot": secure_boot,
+            "release": release,
         }
         # A Trusted Launch host is provisioned with Secure Boot off (its signed NVIDIA module is installed first,
         # see provision_signed_module), then turned on.
@@ -257,12 +262,16 @@ class Lab:
     def flavour(self, name: str) -> str:
         return str(self.spec(name).get("flavour", "generic"))
 
+    def release(self, name: str) -> str:
+        """The host's Ubuntu release (jammy or noble), fixed when it was created."""
+        return str(self.spec(name).get("release", "jammy"))
+
     def provision_signed_module(self, name: str) -> None:
         """Make a host a Trusted Launch one: the signed NVIDIA module package for its booted kernel (built for
         the installed driver) replaces the DKMS build of that kernel (DKMS stays registered), Secure Boot is
         turned on, the host reboots."""
         flavour = self.flavour(name)
-        release, driver = packages.boot_kernel(flavour), packages.BOOT_DRIVER
+        release, driver = packages.boot_kernel(flavour, self.release(name)), packages.BOOT_DRIVER
         branch = packages.DRIVER_BRANCH
         self.run_in_host(
             name,
@@ -288,20 +297,26 @@ class Lab:
         return out
 
     # -- the verbs -----------------------------------------------------------------------------------------
-    def up(self, count: int, flavour: str | None = None, secure_boot: bool | None = None) -> UpResult:
+    def up(
+        self, count: int, flavour: str | None = None, secure_boot: bool | None = None, release: str | None = None
+    ) -> UpResult:
         """Start hosts gpu-1 .. gpu-<count>; hosts created now get ``flavour`` (flag, else ``lab.flavour``,
-        else the VM size's) and, with ``secure_boot``, are Trusted Launch hosts. Existing hosts keep theirs."""
+        else the VM size's), the Ubuntu ``release`` (``host_overrides``, else the flag, else ``lab.release``)
+        and, with ``secure_boot``, are Trusted Launch hosts. Existing hosts keep theirs."""
         require_root()
         if not 1 <= count <= MAX_HOSTS:
             raise LabError(f"--hosts {count} is out of range: the lab runs 1 to {MAX_HOSTS} hosts")
         new_flavour = self.cfg.host_flavour(flavour)
         trusted = self.cfg.secure_boot if secure_boot is None else secure_boot
+        releases = {host_name(i): self.cfg.host_release(host_name(i), release) for i in range(1, count + 1)}
         for tool in ("unshare", "nsenter", "ssh-keygen", "gcc"):
             if shutil.which(tool) is None:
                 raise LabError(f"{tool} not found: install the lab's Debian packages (the README's setup command)")
         with self.locked():
             cached = any(self.cfg.cache.glob("base-*/.gpulab-complete"))
             base = ensure_base(self.cfg)
+            for wanted_release in sorted(set(releases.values())):
+                ensure_release(self.cfg, base, wanted_release)
             running = self.running_base()
             if running is not None and running != base.path:
                 raise LabError(
@@ -321,7 +336,7 @@ class Lab:
             created = [host_name(i) for i in range(1, count + 1) if host_name(i) not in existing]
             for i in range(1, count + 1):
                 if host_name(i) not in existing:
-                    self.create_host(i, new_flavour, trusted)
+                    self.create_host(i, new_flavour, trusted, releases[host_name(i)])
             self.start_supervisor(base)
             extra = [n for n in existing if n not in wanted]
             if extra:
@@ -430,6 +445,7 @@ class Lab:
                     faults=tuple(self.faults(name)),
                     flavour=str(spec.get("flavour", "generic")),
                     secure_boot=bool(self.firmware(name).get("secure_boot", False)),
+                    release=str(spec.get("release", "jammy")),
                 )
             )
         return out

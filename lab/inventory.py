@@ -19,7 +19,7 @@ import yaml
 from remediation.skus import expected_gpu_count
 
 from . import packages
-from .config import LabConfig, LabPaths
+from .config import HOST_SETTINGS, LabConfig, LabPaths
 
 
 @dataclass(frozen=True)
@@ -43,7 +43,7 @@ def host_vars(cfg: LabConfig, paths: LabPaths, host: LabHost) -> dict[str, objec
         "lab_known_hosts": str(paths.known_hosts),
         "azure_vm_size": cfg.sku,
         "gpu_expected_count": expected_gpu_count(cfg.sku),
-        **dict(cfg.host_overrides.get(host.name, {})),
+        **{k: v for k, v in cfg.host_overrides.get(host.name, {}).items() if k not in HOST_SETTINGS},
     }
 
 
