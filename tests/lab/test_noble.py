@@ -135,3 +135,18 @@ def test_a_noble_azure_trusted_launch_host_runs_the_signed_module(noble: Any) ->
     assert module is not None and module.path == f"/lib/modules/{boot}/kernel/nvidia-535/nvidia.ko"
     assert (module.source, module.signed, module.would_load) == ("package", True, True)
     assert f"linux-modules-nvidia-535-{boot}" in audit.facts.booted_kernel.signed_module_packages  # type: ignore[union-attr]
+
+
+def test_a_noble_trusted_launch_host_moves_with_the_signed_module(noble: Any, tmp_path: Path) -> None:
+    """Secure Boot on: the kernel update installs the target's signed package (built for the installed driver)."""
+    lab = noble
+    new = packages.new_kernel("azure", "noble")
+    opts = KernelUpdateOptions(allow_reboot=True, reboot_timeout=30, apt_lock_timeout=10, state_dir=tmp_path)
+    result = kernel_update(_hosts(lab, "gpu-3"), lab.cfg.inventory_path, AUDIT, opts)
+    o = result.outcome("gpu-3")
+    assert (o.plan.target_kernel, o.plan.module_source) == (new, "signed")
+    assert o.plan.install_specs == (f"linux-image-{new}", f"linux-modules-nvidia-535-{new}=6.8.0-1017.20")
+    assert o.status is KernelStatus.MOVED, (o.where, o.detail)
+    assert _host(lab, "gpu-3", "uname -r") == new
+    audit = run_audit(_hosts(lab, "gpu-3"), AUDIT).host("gpu-3")
+    assert audit.facts is not None and audit.facts.nvml.ok and audit.facts.secure_boot.enabled is True
