@@ -43,15 +43,18 @@ def the_lab(c: Any) -> Any:
         " (default: lab.secure_boot)",
         "driver_branch": "NVIDIA driver branch of hosts created now: 535, 535-server or 535-open (default:"
         " lab.driver_branch, else 535; a host's nvidia_driver_branch in lab.host_overrides wins)",
+        "release": "Ubuntu release of hosts created now: jammy (22.04, 6.5 kernels) or noble (24.04, 6.8 kernels,"
+        " .ko.zst modules) (default: lab.release, jammy; lab.host_overrides.<host>.release wins)",
     }
 )
 @edge
-def up(c, hosts=3, flavour=None, secure_boot=False, driver_branch=None):  # type: ignore[no-untyped-def]
+def up(c, hosts=3, flavour=None, secure_boot=False, driver_branch=None, release=None):  # type: ignore[no-untyped-def]
     """Start the simulated GPU fleet (builds and caches the base image on first use)."""
     from remediation.report.console import print_lab_up
 
     result = the_lab(c).up(
-        int(hosts), flavour=flavour, secure_boot=True if secure_boot else None, driver_branch=driver_branch
+        int(hosts), flavour=flavour, secure_boot=True if secure_boot else None, driver_branch=driver_branch,
+        release=release,
     )
     print_lab_up(result)
 

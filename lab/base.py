@@ -9,6 +9,9 @@ Two cache levels under the cache directory:
   stand-in and a generated grub.cfg, sshd configured, the lab's shims, Ubuntu 22.04's identity
   (``/etc/os-release``) and Ubuntu's stock unattended-upgrades configuration; plus the repository and native
   binaries. ``key`` hashes every input, so a change to the lab's packages or native code rebuilds it (no network).
+  Another Ubuntu release than jammy (noble) is added to a finished base the first time a host of it is asked for
+  (:func:`ensure_release`): ``repo-noble/``, ``root-noble/``, ``root-azure-noble/``, with noble's identity and
+  stock unattended-upgrades configuration.
 
 Each level is built in a temporary directory and renamed into place at the end: an interrupted build leaves
 nothing that looks finished.
@@ -36,7 +39,11 @@ LAB_DIR = Path(__file__).resolve().parent
 NATIVE = LAB_DIR / "native"
 HOSTFILES = LAB_DIR / "hostfiles"
 # sudo: Azure images log in as azureuser and escalate with sudo; the lab's tests of that need the real one.
-DEBOOTSTRAP_INCLUDE = ("openssh-server", "python3", "apt-utils", "unattended-upgrades", "cron", "procps", "sudo")
+# zstd: Ubuntu 24.04 installs it (initramfs and kernel modules are zstd-compressed); the lab's kmod and DKMS
+# stand-ins and the probe decompress .ko.zst with it. (Adding a package changes the debootstrap cache key.)
+DEBOOTSTRAP_INCLUDE = (
+    "openssh-server", "python3", "apt-utils", "unattended-upgrades", "cron", "procps", "sudo", "zstd"
+)
 REPO_MOUNT = "/srv/gpulab-repo"
 BASE_FORMAT = "4"
 
@@ -89,6 +96,27 @@ DISTRIB_RELEASE=22.04
 DISTRIB_CODENAME=jammy
 DISTRIB_DESCRIPTION="Ubuntu 22.04.4 LTS"
 """
+NOBLE_OS_RELEASE = """\
+PRETTY_NAME="Ubuntu 24.04.1 LTS"
+NAME="Ubuntu"
+VERSION_ID="24.04"
+VERSION="24.04.1 LTS (Noble Numbat)"
+VERSION_CODENAME=noble
+ID=ubuntu
+ID_LIKE=debian
+HOME_URL="https://www.ubuntu.com/"
+SUPPORT_URL="https://help.ubuntu.com/"
+BUG_REPORT_URL="https://bugs.launchpad.net/ubuntu/"
+PRIVACY_POLICY_URL="https://www.ubuntu.com/legal/terms-and-policies/privacy-policy"
+UBUNTU_CODENAME=noble
+LOGO=ubuntu-logo
+"""
+NOBLE_LSB_RELEASE = """\
+DISTRIB_ID=Ubuntu
+DISTRIB_RELEASE=24.04
+DISTRIB_CODENAME=noble
+DISTRIB_DESCRIPTION="Ubuntu 24.04.1 LTS"
+"""
 # The Allowed-Origins and defaults of Ubuntu 22.04's /etc/apt/apt.conf.d/50unattended-upgrades (comments
 # shortened; every setting as shipped).
 UBUNTU_UNATTENDED_UPGRADES = """\
@@ -132,6 +160,116 @@ Unattended-Upgrade::DevRelease "auto";
 //  the file /var/run/reboot-required is found after the upgrade
 //Unattended-Upgrade::Automatic-Reboot "false";
 """
+# Ubuntu 24.04's /etc/apt/apt.conf.d/50unattended-upgrades (unattended-upgrades 2.9.1+nmu4ubuntu1): the same
+# Allowed-Origins (release and -security pockets, the ESM ones) and blacklist examples; settings as shipped,
+# the commented-out options' long explanations shortened.
+NOBLE_UNATTENDED_UPGRADES = """\
+// Automatically upgrade packages from these (origin:archive) pairs
+//
+// Note that in Ubuntu security updates may pull in new dependencies
+// from non-security sources (e.g. chromium). By allowing the release
+// pocket these get automatically pulled in.
+Unattended-Upgrade::Allowed-Origins {
+	"${distro_id}:${distro_codename}";
+	"${distro_id}:${distro_codename}-security";
+	// Extended Security Maintenance; doesn't necessarily exist for
+	// every release and this system may not have it installed, but if
+	// available, the policy for updates is such that unattended-upgrades
+	// should also install from here by default.
+	"${distro_id}ESMApps:${distro_codename}-apps-security";
+	"${distro_id}ESM:${distro_codename}-infra-security";
+//	"${distro_id}:${distro_codename}-updates";
+//	"${distro_id}:${distro_codename}-proposed";
+//	"${distro_id}:${distro_codename}-backports";
+};
+
+// Python regular expressions, matching packages to exclude from upgrading
+Unattended-Upgrade::Package-Blacklist {
+    // The following matches all packages starting with linux-
+//  "linux-";
+
+    // Use $ to explicitely define the end of a package name. Without
+    // the $, "libc6" would match all of them.
+//  "libc6$";
+//  "libc6-dev$";
+//  "libc6-i686$";
+
+    // Special characters need escaping
+//  "libstdc\\+\\+6$";
+
+    // The following matches packages like xen-system-amd64, xen-utils-4.1,
+    // xenstore-utils and libxenstore3.0
+//  "(lib)?xen(store)?";
+
+    // For more information about Python regular expressions, see
+    // https://docs.python.org/3/howto/regex.html
+};
+
+// This option controls whether the development release of Ubuntu will be
+// upgraded automatically. Valid values are "true", "false", and "auto".
+Unattended-Upgrade::DevRelease "auto";
+
+// This option allows you to control if on a unclean dpkg exit
+// unattended-upgrades will automatically run
+//   dpkg --force-confold --configure -a
+// The default is true, to ensure updates keep getting installed
+//Unattended-Upgrade::AutoFixInterruptedDpkg "true";
+
+// Split the upgrade into the smallest possible chunks so that
+// they can be interrupted with SIGTERM. This makes the upgrade
+// a bit slower but it has the benefit that shutdown while a upgrade
+// is running is possible (with a small delay)
+//Unattended-Upgrade::MinimalSteps "true";
+
+// Install all updates when the machine is shutting down
+// instead of doing it in the background while the machine is running.
+//Unattended-Upgrade::InstallOnShutdown "false";
+
+// Send email to this address for problems or packages upgrades
+//Unattended-Upgrade::Mail "";
+
+// Set this value to one of:
+//    "always", "only-on-error" or "on-change"
+//Unattended-Upgrade::MailReport "on-change";
+
+// Remove unused automatically installed kernel-related packages
+// (kernel images, kernel headers and kernel version locked tools).
+//Unattended-Upgrade::Remove-Unused-Kernel-Packages "true";
+
+// Do automatic removal of newly unused dependencies after the upgrade
+//Unattended-Upgrade::Remove-New-Unused-Dependencies "true";
+
+// Do automatic removal of unused packages after the upgrade
+// (equivalent to apt-get autoremove)
+//Unattended-Upgrade::Remove-Unused-Dependencies "false";
+
+// Automatically reboot *WITHOUT CONFIRMATION* if
+//  the file /var/run/reboot-required is found after the upgrade
+//Unattended-Upgrade::Automatic-Reboot "false";
+
+// Automatically reboot even if there are users currently logged in
+// when Unattended-Upgrade::Automatic-Reboot is set to true
+//Unattended-Upgrade::Automatic-Reboot-WithUsers "true";
+
+// If automatic reboot is enabled and needed, reboot at the specific
+// time instead of immediately
+//  Default: "now"
+//Unattended-Upgrade::Automatic-Reboot-Time "02:00";
+
+// Enable logging to syslog. Default is False
+// Unattended-Upgrade::SyslogEnable "false";
+
+// Verbose logging
+// Unattended-Upgrade::Verbose "false";
+
+// Allow package downgrade if Pin-Priority exceeds 1000
+// Unattended-Upgrade::Allow-downgrade "false";
+"""
+#: Per Ubuntu release: /usr/lib/os-release, /etc/lsb-release, the stock 50unattended-upgrades.
+IDENTITY = {
+    "jammy": (OS_RELEASE, LSB_RELEASE, UBUNTU_UNATTENDED_UPGRADES),
+    "noble": (NOBLE_OS_RELEASE, NOBLE_LSB_RELEASE, NOBLE_UNATTENDED_UPGRADES),
+}
 
 
 @dataclass(frozen=True)
@@ -144,13 +282,22 @@ class Base:
     def root(self) -> Path:
         return self.root_for("generic")
 
-    def root_for(self, flavour: str) -> Path:
-        """The host root of that kernel flavour (``root`` for generic, ``root-<flavour>`` otherwise)."""
-        return self.path / ("root" if flavour == "generic" else f"root-{flavour}")
+    def root_for(self, flavour: str, release: str = packages.DEFAULT_SERIES) -> Path:
+        """The host root of that kernel flavour (``root`` for generic, ``root-<flavour>`` otherwise) and Ubuntu
+        release (jammy as is; another adds ``-<release>``: ``root-noble``, ``root-azure-noble``)."""
+        name = "root" if flavour == "generic" else f"root-{flavour}"
+        return self.path / (name if release == packages.DEFAULT_SERIES else f"{name}-{release}")
 
     @property
     def repo(self) -> Path:
-        return self.path / "repo"
+        return self.repo_for(packages.DEFAULT_SERIES)
+
+    def repo_for(self, release: str) -> Path:
+        """That release's apt repository (``repo`` for jammy, ``repo-<release>``)."""
+        return self.path / ("repo" if release == packages.DEFAULT_SERIES else f"repo-{release}")
+
+    def has_release(self, release: str) -> bool:
+        return release == packages.DEFAULT_SERIES or (self.path / f".release-{release}-complete").exists()
 
     @property
     def init(self) -> Path:
@@ -288,7 +435,9 @@ rm -f "$R/usr/sbin/policy-rc.d"
 """
 
 
-def _customize(root: Path, repo: Path, native: dict[str, Path], log: Path, flavour: str) -> None:
+def _customize(
+    root: Path, repo: Path, native: dict[str, Path], log: Path, flavour: str, release: str = packages.DEFAULT_SERIES
+) -> None:
     # Sources: only the lab repository (hosts have no network); Debian's lists are dropped so that hosts do
     # not rebuild ~70 MB of apt caches in their overlays.
     (root / "etc/apt/sources.list").unlink(missing_ok=True)
@@ -297,18 +446,19 @@ def _customize(root: Path, repo: Path, native: dict[str, Path], log: Path, flavo
     (root / "etc/apt/sources.list.d/gpulab.list").write_text(
         "".join(f"deb [trusted=yes] file:{REPO_MOUNT}/{pocket} ./\n" for pocket in packages.POCKETS)
     )
-    boot = packages.boot_kernel(flavour)
+    boot = packages.boot_kernel(flavour, release)
+    tools = packages.SERIES_TOOL_VERSIONS[release]
     install = [
-        "grub2-common",
-        "mokutil",
-        "kmod",
+        f"grub2-common={tools['grub2-common']}",
+        f"mokutil={tools['mokutil']}",
+        f"kmod={tools['kmod']}",
         f"linux-image-{flavour}={packages.meta_version(boot)}",
         f"linux-headers-{boot}={packages.kernel_version(boot)}",
         *(
-            f"{name}-{packages.DRIVER_BRANCH}={packages.driver_version(packages.BOOT_DRIVER)}"
+            f"{name}-{packages.DRIVER_BRANCH}={packages.driver_version(packages.BOOT_DRIVER, release)}"
             for name in ("nvidia-driver", "nvidia-dkms", "nvidia-utils", "libnvidia-compute", "nvidia-kernel-common")
         ),
-        f"walinuxagent={packages.AGENT_VERSIONS[0]}",
+        f"walinuxagent={packages.SERIES_AGENT_VERSIONS[release][0]}",
     ]
     auto = [f"linux-image-{boot}", f"linux-modules-{boot}", "dkms"]
     auto += [
@@ -333,9 +483,9 @@ def _customize(root: Path, repo: Path, native: dict[str, Path], log: Path, flavo
             str(repo),
         ],
         log,
-        f"installing the simulated {flavour} kernel and NVIDIA driver into the base",
+        f"installing the simulated {release} {flavour} kernel and NVIDIA driver into the base",
     )
-    _install_lab_files(root, native)
+    _install_lab_files(root, native, release)
     _run(["chroot", str(root), "update-grub"], log, f"update-grub in the {flavour} base")
 
 
@@ -357,7 +507,7 @@ def _put(root: Path, dest: str, src: Path | str, mode: int = 0o644) -> None:
     target.chmod(mode)
 
 
-def _install_lab_files(root: Path, native: dict[str, Path]) -> None:
+def _install_lab_files(root: Path, native: dict[str, Path], release: str = packages.DEFAULT_SERIES) -> None:
     # Power: reboot/shutdown/halt/poweroff signal the host's own init (never reboot(2)).
     _put(root, "/usr/sbin/gpulab-power", HOSTFILES / "gpulab-power", 0o755)
     for name in ("reboot", "shutdown", "halt", "poweroff"):
@@ -393,18 +543,19 @@ def _install_lab_files(root: Path, native: dict[str, Path]) -> None:
     _put(root, "/etc/default/grub", ETC_DEFAULT_GRUB)
     _put(root, "/etc/default/grub.d/50-cloudimg-settings.cfg", CLOUDIMG_GRUB)
     _put(root, "/boot/grub/grubenv", "# GRUB Environment Block\n".ljust(1024, "#"))
-    # Ubuntu 22.04's identity, so `lsb_release` (Debian's reads os-release) and unattended-upgrades'
-    # ${distro_id}/${distro_codename} say Ubuntu/jammy.
-    _put(root, "/usr/lib/os-release", OS_RELEASE)
-    _put(root, "/etc/lsb-release", LSB_RELEASE)
+    # The release's Ubuntu identity, so `lsb_release` (Debian's reads os-release) and unattended-upgrades'
+    # ${distro_id}/${distro_codename} say Ubuntu/jammy or Ubuntu/noble.
+    os_release, lsb_release, unattended = IDENTITY[release]
+    _put(root, "/usr/lib/os-release", os_release)
+    _put(root, "/etc/lsb-release", lsb_release)
     _put(
         root,
         "/etc/apt/apt.conf.d/20auto-upgrades",
         'APT::Periodic::Update-Package-Lists "1";\nAPT::Periodic::Unattended-Upgrade "1";\n',
     )
     # Ubuntu's stock unattended-upgrades configuration, unchanged: the lab repository's Release says
-    # Origin: Ubuntu, Suite: jammy-security, which its "${distro_id}:${distro_codename}-security" selects.
-    _put(root, "/etc/apt/apt.conf.d/50unattended-upgrades", UBUNTU_UNATTENDED_UPGRADES)
+    # Origin: Ubuntu, Suite: <release>-security, which its "${distro_id}:${distro_codename}-security" selects.
+    _put(root, "/etc/apt/apt.conf.d/50unattended-upgrades", unattended)
     for leftover in ("run/reboot-required", "run/reboot-required.pkgs"):
         (root / leftover).unlink(missing_ok=True)
     (root / "var/log/kern.log").touch()
@@ -440,6 +591,39 @@ def ensure_base(cfg: LabConfig) -> Base:
         if old != final and not _in_use(old):
             shutil.rmtree(old, ignore_errors=True)
     return Base(final)
+
+
+def ensure_release(cfg: LabConfig, base: Base, release: str) -> Base:
+    """Add another Ubuntu release's repository and host roots to a finished base, once, when a host of that
+    release is first asked for (jammy's are always there): ``repo-<release>/``, ``root-<release>``,
+    ``root-<flavour>-<release>``. Built in a temporary directory beside them and renamed into place, the marker
+    ``.release-<release>-complete`` last; the roots already in use by running hosts are never touched."""
+    packages.check_series(release)
+    if base.has_release(release):
+        return base
+    log = cfg.cache / "build.log"
+    deboot = ensure_debootstrap(cfg, log)
+    tmp = Path(tempfile.mkdtemp(prefix=f".release-{release}-", dir=base.path))
+    try:
+        native = _build_native(tmp / "native")
+        staged = Base(tmp)
+        packages.build_repo(staged.repo_for(release), lambda version: native[version], native["driverd"], release)
+        for flavour in packages.FLAVOURS:
+            root = staged.root_for(flavour, release)
+            _run(["cp", "-a", "--reflink=auto", str(deboot), str(root)], log, "copying the debootstrap root")
+            (root / ".gpulab-complete").unlink(missing_ok=True)
+            _customize(root, staged.repo_for(release), native, log, flavour, release)
+        if not base.has_release(release):  # another lab may have finished the same release meanwhile
+            parts = [staged.repo_for(release), *(staged.root_for(f, release) for f in packages.FLAVOURS)]
+            for part in parts:
+                final = base.path / part.name
+                if final.exists():  # left by an interrupted build (no marker): nothing boots from it
+                    shutil.rmtree(final)
+                os.replace(part, final)
+            (base.path / f".release-{release}-complete").write_text(release + "\n")
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return base
 
 
 def _in_use(base_dir: Path) -> bool:

@@ -34,10 +34,13 @@ Nothing here can reboot the machine: ending a host is always "PID 1 exits", whic
 from __future__ import annotations
 
 import ctypes
+import gzip
 import json
+import lzma
 import os
 import re
 import socket
+import subprocess
 import sys
 import time
 import uuid
@@ -217,21 +220,37 @@ def find_module(root: Path, kernel: str, name: str = "nvidia") -> Path | None:
     return None
 
 
+def module_data(path: Path) -> bytes:
+    """A module file's bytes as the kernel loads them: ``.ko.zst`` (Ubuntu 24.04's kernels and DKMS 3) is
+    decompressed with the zstd program, ``.ko.xz`` / ``.ko.gz`` with the standard library."""
+    if path.name.endswith(".zst"):
+        proc = subprocess.run(
+            ["zstd", "-q", "-d", "-c", "--", str(path)], stdin=subprocess.DEVNULL, capture_output=True,
+            timeout=60, check=False,
+        )
+        if proc.returncode != 0:
+            raise OSError(f"{path}: zstd: {proc.stderr.decode(errors='replace').strip()}")
+        return proc.stdout
+    if path.name.endswith(".xz"):
+        with lzma.open(path, "rb") as xz:
+            return xz.read()
+    if path.name.endswith(".gz"):
+        with gzip.open(path, "rb") as gz:
+            return gz.read()
+    return path.read_bytes()
+
+
 def module_signed(path: Path) -> bool:
     try:
-        with path.open("rb") as f:
-            f.seek(0, os.SEEK_END)
-            size = f.tell()
-            f.seek(max(size - len(SIGNATURE_MAGIC), 0))
-            return f.read() == SIGNATURE_MAGIC
-    except OSError:
+        return module_data(path).endswith(SIGNATURE_MAGIC)
+    except (OSError, EOFError, lzma.LZMAError, subprocess.TimeoutExpired):
         return False
 
 
 def module_file_version(path: Path) -> str:
     try:
-        data = path.read_bytes()
-    except OSError:
+        data = module_data(path)
+    except (OSError, EOFError, lzma.LZMAError, subprocess.TimeoutExpired):
         return "unknown"
     m = re.search(rb"(?:^|\x00)version=([0-9][0-9A-Za-z.+~_-]*)\x00", data) or re.search(
         rb"(?m)^version:\s*(\S+)", data
@@ -392,9 +411,16 @@ def make_nvidia_devices(root: Path, hw: dict[str, str]) -> None:
         path.chmod(0o666)
 
 
-def flavour_root(base_dir: Path, flavour: str) -> Path:
-    """The base's host root for a kernel flavour (lab/base.py: ``root`` generic, ``root-<flavour>``)."""
-    return base_dir / ("root" if flavour == "generic" else f"root-{flavour}")
+def flavour_root(base_dir: Path, flavour: str, release: str = "jammy") -> Path:
+    """The base's host root for a kernel flavour and Ubuntu release (lab/base.py: ``root`` generic,
+    ``root-<flavour>``; another release than jammy adds ``-<release>``: ``root-noble``, ``root-azure-noble``)."""
+    name = "root" if flavour == "generic" else f"root-{flavour}"
+    return base_dir / (name if release == "jammy" else f"{name}-{release}")
+
+
+def release_repo(base_dir: Path, release: str = "jammy") -> Path:
+    """The lab repository of an Ubuntu release (lab/base.py: ``repo``, ``repo-<release>``)."""
+    return base_dir / ("repo" if release == "jammy" else f"repo-{release}")
 
 
 def panics(host_dir: Path, kernel: str) -> bool:
@@ -413,7 +439,8 @@ def boot(host_dir: Path, base_dir: Path) -> tuple[Path, str, bool]:
     spec = json.loads((host_dir / "host.json").read_text())
     name = spec["name"]
     root = host_dir / "root"
-    lower = flavour_root(base_dir, str(spec.get("flavour", "generic")))
+    release = str(spec.get("release", "jammy"))
+    lower = flavour_root(base_dir, str(spec.get("flavour", "generic")), release)
     mount("none", "/", None, MS_REC | MS_PRIVATE)
     mount(
         "overlay",
@@ -430,7 +457,7 @@ def boot(host_dir: Path, base_dir: Path) -> tuple[Path, str, bool]:
     bind(host_dir / "hw", run / "hw", readonly=True)
     make_dev(root)
     repo = root / "srv/gpulab-repo"
-    bind(base_dir / "repo", repo, readonly=True)
+    bind(release_repo(base_dir, release), repo, readonly=True)
     socket.sethostname(name)
     secure_boot = bool(read_firmware(host_dir).get("secure_boot", False))
     make_sys(root, secure_boot)

@@ -21,6 +21,11 @@ DEFAULT_SKU = "Standard_NC48ads_A100_v4"
 FLAVOURS = ("generic", "azure")
 DRIVER_BRANCHES = ("535", "535-server", "535-open")  # lab/packages.py offers these
 DEFAULT_DRIVER_BRANCH = "535"
+#: Ubuntu releases a lab host can run (lab/packages.py builds one repository and base root per release).
+RELEASES = ("jammy", "noble")
+DEFAULT_RELEASE = "jammy"
+#: Per-host settings of ``host_overrides`` that the lab itself reads (not Ansible variables).
+HOST_SETTINGS = ("release",)
 
 
 def default_flavour(sku: str) -> str:
@@ -60,6 +65,7 @@ class LabConfig:
     flavour: str = ""  # kernel flavour of new hosts: generic | azure; empty: from the VM size (Azure: azure)
     secure_boot: bool = False  # new hosts are Trusted Launch VMs (Secure Boot on)
     driver_branch: str = ""  # NVIDIA driver branch of new hosts: 535 | 535-server | 535-open; empty: 535
+    release: str = DEFAULT_RELEASE  # Ubuntu release of new hosts: jammy (22.04) | noble (24.04)
     boot_delay: float = 1.0  # seconds a rebooting host stays down
     ready_timeout: float = 30.0  # seconds lab.up waits for every sshd
     inventory_path: Path = Path("inventories/lab/hosts.yml")
@@ -95,6 +101,18 @@ class LabConfig:
             )
         return chosen
 
+    def host_release(self, name: str, release: str | None = None) -> str:
+        """The Ubuntu release a new host gets: ``host_overrides[<host>].release``, else the flag (``lab.up
+        --release``), else ``lab.release``."""
+        override = self.host_overrides.get(name, {}).get("release")
+        chosen = str(override or release or self.release)
+        if chosen not in RELEASES:
+            where = f"host_overrides.{name}.release" if override else "--release or lab.release"
+            raise LabError(
+                f"Ubuntu release {chosen!r} ({where}) is not one the lab has; use one of: {', '.join(RELEASES)}"
+            )
+        return chosen
+
     def validate(self) -> LabConfig:
         if self.flavour:
             self.host_flavour()
@@ -103,6 +121,13 @@ class LabConfig:
         for name, overrides in self.host_overrides.items():
             if "nvidia_driver_branch" in overrides:
                 self.host_driver_branch(name)
+        if self.release not in RELEASES:
+            raise LabError(
+                f"lab.release {self.release!r} is not an Ubuntu release the lab has; use one of: {', '.join(RELEASES)}"
+            )
+        for name, settings in self.host_overrides.items():
+            if "release" in settings:
+                self.host_release(str(name))
         try:
             net = ipaddress.ip_address(f"{self.address_prefix}.1")
         except ValueError:
@@ -140,6 +165,7 @@ class LabConfig:
             ready_timeout=float(cfg.ready_timeout),
             secure_boot=_bool(cfg.secure_boot),
             driver_branch=str(cfg.driver_branch or ""),
+            release=str(cfg.release).strip().lower(),
         )
         return cfg.validate()
 

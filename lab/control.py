@@ -23,7 +23,7 @@ from typing import Any
 from remediation.errors import LabError
 
 from . import hardware, inventory, packages
-from .base import Base, ensure_base
+from .base import Base, ensure_base, ensure_release
 from .config import LOGIN_UID, LOGIN_USER, MAX_HOSTS, LabConfig, LabPaths
 
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
@@ -46,6 +46,7 @@ class HostStatus:
     faults: tuple[str, ...]
     flavour: str = "generic"
     secure_boot: bool = False
+    release: str = "jammy"
 
 
 @dataclass(frozen=True)
@@ -183,10 +184,11 @@ class Lab:
         )
 
     def create_host(
-        self, index: int, flavour: str = "generic", secure_boot: bool = False, driver_branch: str = ""
+        self, index: int, flavour: str = "generic", secure_boot: bool = False, driver_branch: str = "",
+        release: str = "jammy",
     ) -> None:
-        """Create a host's disk, keys and firmware. Its kernel flavour, Trusted Launch setting and driver branch
-        are fixed here (the branch is installed once the host runs: :meth:`provision_driver_branch`)."""
+        """Create a host's disk, keys and firmware. Its kernel flavour, Ubuntu release, Trusted Launch setting and
+        driver branch are fixed here (the branch is installed once the host runs: :meth:`provision_driver_branch`)."""
         name = host_name(index)
         hdir = self.paths.host(name)
         keys = hdir / "keys"
@@ -219,6 +221,7 @@ class Lab:
             "flavour": flavour,
             "secure_boot": secure_boot,
             "driver_branch": packages.check_branch(driver_branch or packages.DRIVER_BRANCH),
+            "release": release,
         }
         # A Trusted Launch host is provisioned with Secure Boot off (its signed NVIDIA module is installed first,
         # see provision_signed_module), then turned on.
@@ -277,6 +280,10 @@ class Lab:
     def flavour(self, name: str) -> str:
         return str(self.spec(name).get("flavour", "generic"))
 
+    def release(self, name: str) -> str:
+        """The host's Ubuntu release (jammy or noble), fixed when it was created."""
+        return str(self.spec(name).get("release", "jammy"))
+
     def driver_branch(self, name: str) -> str:
         return str(self.spec(name).get("driver_branch") or packages.DRIVER_BRANCH)
 
@@ -288,7 +295,7 @@ class Lab:
         branch = self.driver_branch(name)
         if branch == packages.DRIVER_BRANCH:
             return
-        ver = packages.driver_version(packages.BOOT_DRIVER)
+        ver = packages.driver_version(packages.BOOT_DRIVER, self.release(name))
         shared, old_shared = packages.common_branch(branch), packages.common_branch(packages.DRIVER_BRANCH)
         userspace = ("nvidia-utils", "libnvidia-compute", "nvidia-kernel-common")
         install = [f"nvidia-driver-{branch}={ver}", f"nvidia-dkms-{branch}={ver}"]
@@ -308,7 +315,7 @@ class Lab:
         kernel (built for the installed driver) replaces the DKMS build of that kernel (DKMS stays registered),
         Secure Boot is turned on, the host reboots."""
         flavour = self.flavour(name)
-        release, driver = packages.boot_kernel(flavour), packages.BOOT_DRIVER
+        release, driver = packages.boot_kernel(flavour, self.release(name)), packages.BOOT_DRIVER
         branch = self.driver_branch(name)
         self.run_in_host(
             name,
@@ -344,22 +351,27 @@ class Lab:
         flavour: str | None = None,
         secure_boot: bool | None = None,
         driver_branch: str | None = None,
+        release: str | None = None,
     ) -> UpResult:
         """Start hosts gpu-1 .. gpu-<count>; hosts created now get ``flavour`` (flag, else ``lab.flavour``,
-        else the VM size's), ``driver_branch`` (:meth:`LabConfig.host_driver_branch`) and, with ``secure_boot``,
-        are Trusted Launch hosts. Existing hosts keep theirs."""
+        else the VM size's), ``driver_branch`` (:meth:`LabConfig.host_driver_branch`), the Ubuntu ``release``
+        (``host_overrides``, else the flag, else ``lab.release``) and, with ``secure_boot``, are Trusted Launch
+        hosts. Existing hosts keep theirs."""
         require_root()
         if not 1 <= count <= MAX_HOSTS:
             raise LabError(f"--hosts {count} is out of range: the lab runs 1 to {MAX_HOSTS} hosts")
         new_flavour = self.cfg.host_flavour(flavour)
         branches = {host_name(i): self.cfg.host_driver_branch(host_name(i), driver_branch) for i in range(1, count + 1)}
         trusted = self.cfg.secure_boot if secure_boot is None else secure_boot
+        releases = {host_name(i): self.cfg.host_release(host_name(i), release) for i in range(1, count + 1)}
         for tool in ("unshare", "nsenter", "ssh-keygen", "gcc"):
             if shutil.which(tool) is None:
                 raise LabError(f"{tool} not found: install the lab's Debian packages (the README's setup command)")
         with self.locked():
             cached = any(self.cfg.cache.glob("base-*/.gpulab-complete"))
             base = ensure_base(self.cfg)
+            for wanted_release in sorted(set(releases.values())):
+                ensure_release(self.cfg, base, wanted_release)
             running = self.running_base()
             if running is not None and running != base.path:
                 raise LabError(
@@ -379,7 +391,7 @@ class Lab:
             created = [host_name(i) for i in range(1, count + 1) if host_name(i) not in existing]
             for i in range(1, count + 1):
                 if host_name(i) not in existing:
-                    self.create_host(i, new_flavour, trusted, branches[host_name(i)])
+                    self.create_host(i, new_flavour, trusted, branches[host_name(i)], releases[host_name(i)])
             self.start_supervisor(base)
             extra = [n for n in existing if n not in wanted]
             if extra:
@@ -489,6 +501,7 @@ class Lab:
                     faults=tuple(self.faults(name)),
                     flavour=str(spec.get("flavour", "generic")),
                     secure_boot=bool(self.firmware(name).get("secure_boot", False)),
+                    release=str(spec.get("release", "jammy")),
                 )
             )
         return out

@@ -48,7 +48,7 @@ def kernel_upgrade(lab: Lab, host: str) -> str:
 
 def driver_mismatch(lab: Lab, host: str) -> str:
     """NVML error 18: the driver's userspace is upgraded while the old kernel module stays loaded."""
-    new = packages.driver_version(packages.DRIVERS[1])
+    new = packages.driver_version(packages.DRIVERS[1], lab.release(host))
     branch = packages.common_branch(lab.driver_branch(host))  # utils and libnvidia-compute: -open shares them
     lab.run_in_host(host, ["apt-get", "update", "-q"])
     lab.run_in_host(

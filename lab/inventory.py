@@ -19,7 +19,7 @@ import yaml
 from remediation.skus import expected_gpu_count
 
 from . import packages
-from .config import LOGIN_USER, LabConfig, LabPaths
+from .config import HOST_SETTINGS, LOGIN_USER, LabConfig, LabPaths
 
 
 @dataclass(frozen=True)
@@ -47,7 +47,7 @@ def host_vars(cfg: LabConfig, paths: LabPaths, host: LabHost) -> dict[str, objec
         "azure_vm_size": cfg.sku,
         "gpu_expected_count": expected_gpu_count(cfg.sku),
         "nvidia_driver_branch": host.driver_branch,
-        **dict(cfg.host_overrides.get(host.name, {})),
+        **{k: v for k, v in cfg.host_overrides.get(host.name, {}).items() if k not in HOST_SETTINGS},
     }
 
 

@@ -48,6 +48,15 @@ tree, as Ubuntu's depmod.conf says, so a DKMS module shadows a signed one). DKMS
 Hosts start with ``linux-image-<flavour>`` and the headers of the booted kernel only, as an Azure image with the
 NVIDIA extension does, so the new kernel that unattended-upgrades installs has no NVIDIA module.
 
+Ubuntu 24.04 (noble; ``lab.release`` / ``lab.up --release noble``) gets its own repository, built by the same
+functions with ``series="noble"``: pockets ``noble-security`` / ``noble-updates``, 6.8 kernels (generic
+6.8.0-45/-47, azure 6.8.0-1016/-1017 at ``6.8.0-1017.20``, the meta-packages at the kernel's own version as noble's
+are), the driver at ``535.183.01-0ubuntu0.24.04.1``, dkms 3.0.11. Its kernels are built with
+``CONFIG_MODULE_COMPRESS_ZSTD=y``: ``linux-modules-<release>`` ships the kernel's own modules signed, then
+zstd-compressed (``.ko.zst``), and the DKMS stand-in compresses what it builds for such a kernel as DKMS 3 does
+(``updates/dkms/nvidia.ko.zst``). The signed NVIDIA modules stay ``kernel/nvidia-535/nvidia.ko``: on noble,
+linux-restricted-modules links them at install time from ``linux-objects-nvidia-*`` and installs them uncompressed.
+
 Kernel packages run ``/etc/kernel/postinst.d`` (DKMS, then ``zz-update-grub``) on configure and
 ``/etc/kernel/postrm.d`` (``zz-update-grub``) on removal, as Ubuntu's do; the lab boots what ``update-grub``
 wrote to ``/boot/grub/grub.cfg`` (see ``lab/boot.py``).
@@ -83,6 +92,9 @@ class Kernel:
 
 
 FLAVOURS = ("generic", "azure")
+# Ubuntu releases the lab can play (``lab.release``); jammy is the default and keeps the tables below.
+SERIES = ("jammy", "noble")
+DEFAULT_SERIES = "jammy"
 FLAVOUR_KERNELS: dict[str, tuple[Kernel, Kernel]] = {
     "generic": (
         Kernel("6.5.0-44-generic", "6.5.0-44.44", "6.5.0.44.44"),
@@ -92,6 +104,24 @@ FLAVOUR_KERNELS: dict[str, tuple[Kernel, Kernel]] = {
         Kernel("6.5.0-1024-azure", "6.5.0-1024.25~22.04.1", "6.5.0.1024.25~22.04.1"),
         Kernel("6.5.0-1025-azure", "6.5.0-1025.26~22.04.1", "6.5.0.1025.26~22.04.1"),
     ),
+}
+# Ubuntu 24.04's 6.8 kernels. Since noble the kernel meta-packages carry the kernel's own Debian version
+# (``linux-generic 6.8.0-47.47``, ``linux-azure 6.8.0-1017.20``), no longer the dotted jammy form; the upload
+# number may differ from the ABI (``6.8.0-1016.18``). The kernel's own modules are zstd-compressed (``.ko.zst``,
+# ``CONFIG_MODULE_COMPRESS_ZSTD=y``), and DKMS 3 compresses what it builds for such a kernel the same way.
+NOBLE_FLAVOUR_KERNELS: dict[str, tuple[Kernel, Kernel]] = {
+    "generic": (
+        Kernel("6.8.0-45-generic", "6.8.0-45.45", "6.8.0-45.45"),
+        Kernel("6.8.0-47-generic", "6.8.0-47.47", "6.8.0-47.47"),
+    ),
+    "azure": (
+        Kernel("6.8.0-1016-azure", "6.8.0-1016.18", "6.8.0-1016.18"),
+        Kernel("6.8.0-1017-azure", "6.8.0-1017.20", "6.8.0-1017.20"),
+    ),
+}
+SERIES_KERNELS: dict[str, dict[str, tuple[Kernel, Kernel]]] = {
+    "jammy": FLAVOUR_KERNELS,
+    "noble": NOBLE_FLAVOUR_KERNELS,
 }
 ALL_KERNELS = tuple(k for pair in FLAVOUR_KERNELS.values() for k in pair)
 KERNELS = tuple(k.release for k in FLAVOUR_KERNELS["generic"])  # the generic pair (boot, new)
@@ -110,6 +140,19 @@ UBUNTU_SUFFIX = "-0ubuntu0.22.04.1"
 AGENT_VERSIONS = ("2.9.1.1-0ubuntu0.22.04.1", "2.11.1.4-0ubuntu0.22.04.1")
 ORIGIN = "Ubuntu"
 POCKETS = {"security": "jammy-security", "updates": "jammy-updates"}
+# Per release: the driver's Debian suffix (``535.183.01-0ubuntu0.24.04.1`` on noble), the agent's versions and
+# the tools whose versions differ (noble's dkms is 3.0.11, which compresses modules for a zstd kernel).
+SERIES_SUFFIX = {"jammy": UBUNTU_SUFFIX, "noble": "-0ubuntu0.24.04.1"}
+SERIES_AGENT_VERSIONS = {
+    "jammy": AGENT_VERSIONS,
+    "noble": ("2.10.0.8-0ubuntu0.24.04.1", "2.11.1.4-0ubuntu0.24.04.1"),
+}
+SERIES_TOOL_VERSIONS = {
+    "jammy": {"dkms": "2.8.7-2ubuntu2.2", "grub2-common": "2.06-2ubuntu7.2", "mokutil": "0.6.0-2~22.04.2",
+              "kmod": "29-1ubuntu1"},
+    "noble": {"dkms": "3.0.11-1ubuntu13", "grub2-common": "2.12-1ubuntu7.1", "mokutil": "0.6.0-2build3",
+              "kmod": "31+20240202-2ubuntu7.1"},
+}
 MAINTAINER = "GPU fleet lab <lab@gpulab.invalid>"
 MODULE_SIGNATURE_MAGIC = b"~Module signature appended~\n"
 GRUB_VERSION = "2.06-2ubuntu7.2"
@@ -137,21 +180,53 @@ def check_branch(branch: str) -> str:
 SIGNED_MODULE_DIR = signed_module_dir(DRIVER_BRANCH)
 
 
-def boot_kernel(flavour: str) -> str:
-    """The kernel a fresh host of that flavour boots: ``6.5.0-44-generic`` / ``6.5.0-1024-azure``."""
-    return FLAVOUR_KERNELS[flavour][0].release
+def check_series(series: str) -> str:
+    if series not in SERIES:
+        raise LabError(f"Ubuntu release {series!r} is not one the lab has; use one of: {', '.join(SERIES)}")
+    return series
 
 
-def new_kernel(flavour: str) -> str:
+def series_kernels(series: str = DEFAULT_SERIES) -> tuple[Kernel, ...]:
+    """Every kernel of that release's repository (both flavours, boot and new)."""
+    return tuple(k for pair in SERIES_KERNELS[check_series(series)].values() for k in pair)
+
+
+def boot_kernel(flavour: str, series: str = DEFAULT_SERIES) -> str:
+    """The kernel a fresh host of that flavour boots: ``6.5.0-44-generic`` / ``6.5.0-1024-azure`` (jammy),
+    ``6.8.0-45-generic`` / ``6.8.0-1016-azure`` (noble)."""
+    return SERIES_KERNELS[check_series(series)][flavour][0].release
+
+
+def new_kernel(flavour: str, series: str = DEFAULT_SERIES) -> str:
     """The newer kernel the security pocket brings for that flavour."""
-    return FLAVOUR_KERNELS[flavour][1].release
+    return SERIES_KERNELS[check_series(series)][flavour][1].release
+
+
+def kernel_series(release: str) -> str:
+    """The Ubuntu release whose repository has that kernel."""
+    for series in SERIES:
+        if any(k.release == release for k in series_kernels(series)):
+            return series
+    raise LabError(f"no lab kernel {release!r}")
 
 
 def kernel(release: str) -> Kernel:
-    for k in ALL_KERNELS:
+    everything = [k for series in SERIES for k in series_kernels(series)]
+    for k in everything:
         if k.release == release:
             return k
-    raise LabError(f"no lab kernel {release!r}; the lab's kernels: {', '.join(k.release for k in ALL_KERNELS)}")
+    raise LabError(f"no lab kernel {release!r}; the lab's kernels: {', '.join(k.release for k in everything)}")
+
+
+def compresses_modules(release: str) -> bool:
+    """Does that kernel ship (and DKMS install) its modules zstd-compressed? Noble's 6.8 kernels do."""
+    return kernel_series(release) == "noble"
+
+
+def series_pockets(series: str = DEFAULT_SERIES) -> dict[str, str]:
+    """The lab repository's pockets for a release: ``{"security": "noble-security", "updates": ...}``."""
+    check_series(series)
+    return {pocket: f"{series}-{pocket}" for pocket in POCKETS}
 
 
 def kernel_abi(release: str) -> str:
@@ -169,8 +244,8 @@ def meta_version(release: str) -> str:
     return kernel(release).meta
 
 
-def driver_version(upstream: str) -> str:
-    return f"{upstream}{UBUNTU_SUFFIX}"
+def driver_version(upstream: str, series: str = DEFAULT_SERIES) -> str:
+    return f"{upstream}{SERIES_SUFFIX[check_series(series)]}"
 
 
 def signed_module_version(release: str, upstream: str) -> str:
@@ -246,6 +321,15 @@ if [ "$1" = configure ] && [ -d /etc/kernel/header_postinst.d ]; then
 fi
 """
     )
+    config = "CONFIG_MODULES=y\nCONFIG_MODVERSIONS=y\nCONFIG_MODULE_SIG=y\n"
+    module_files: dict[str, str | bytes | Path] = {}
+    if compresses_modules(release):
+        # Noble's kernel installs its modules signed, then zstd-compressed (the signature is inside).
+        config += "CONFIG_MODULE_COMPRESS_ZSTD=y\n"
+        for path, name in KERNEL_OWN_MODULES.items():
+            module_files[f"/lib/modules/{release}/kernel/{path}.ko.zst"] = zstd_compress(
+                kernel_module_bytes(release, name, "Build time autogenerated kernel key", version=None)
+            )
     return [
         Package(
             name=f"linux-modules-{release}",
@@ -257,6 +341,7 @@ fi
                 f"/lib/modules/{release}/modules.dep": "",
                 f"/lib/modules/{release}/modules.order": "",
                 f"/boot/System.map-{release}": f"gpulab simulated System.map for {release}\n",
+                **module_files,
             },
         ),
         Package(
@@ -268,8 +353,8 @@ fi
             depends=(f"linux-modules-{release}",),
             files={
                 f"/boot/vmlinuz-{release}": f"gpulab simulated kernel image {release}\n",
-                f"/boot/config-{release}": "CONFIG_MODULES=y\nCONFIG_MODVERSIONS=y\nCONFIG_MODULE_SIG=y\n"
-                "CONFIG_SECURITY_LOCKDOWN_LSM=y\nCONFIG_LOCK_DOWN_IN_EFI_SECURE_BOOT=y\n",
+                f"/boot/config-{release}": config
+                + "CONFIG_SECURITY_LOCKDOWN_LSM=y\nCONFIG_LOCK_DOWN_IN_EFI_SECURE_BOOT=y\n",
             },
             scripts={"postinst": image_postinst, "postrm": image_postrm},
         ),
@@ -281,7 +366,7 @@ fi
             description=f"Linux kernel headers for version {upstream}",
             files={
                 f"/usr/src/linux-headers-{release}/Makefile": f"# gpulab simulated headers for {release}\n",
-                f"/usr/src/linux-headers-{release}/.config": "CONFIG_MODULES=y\n",
+                f"/usr/src/linux-headers-{release}/.config": config,
             },
             links={f"/lib/modules/{release}/build": f"/usr/src/linux-headers-{release}"},
             scripts={"postinst": headers_postinst},
@@ -331,24 +416,43 @@ def _module_signature() -> bytes:
 
 def signed_module_bytes(release: str, upstream: str, name: str = "nvidia") -> bytes:
     """A signed kernel module file as the lab's kernel sees one: ``.modinfo`` strings, then the signature."""
-    modinfo = b"\0".join(
-        s.encode()
-        for s in (
-            f"version={upstream}",
-            "supported=external",
-            "license=NVIDIA",
-            "srcversion=6C9AE4F3DEB2E8E1B7B09E1",
-            "alias=char-major-195-*",
-            "depends=",
-            "retpoline=Y",
-            f"name={name}",
-            f"vermagic={release} SMP preempt mod_unload modversions ",
-            "sig_id=PKCS#7",
-            "signer=Canonical Ltd. Kernel Module Signing",
-        )
-    )
+    return kernel_module_bytes(release, name, "Canonical Ltd. Kernel Module Signing", version=upstream)
+
+
+def kernel_module_bytes(release: str, name: str, signer: str, version: str | None) -> bytes:
+    """A signed module: an ELF header, the ``.modinfo`` strings (``version=`` only for a versioned module such as
+    NVIDIA's), then the signature the kernel's sign-file appends."""
+    fields = [f"version={version}"] if version else []
+    fields += [
+        "supported=external" if version else "license=GPL",
+        "license=NVIDIA" if version else "intree=Y",
+        "srcversion=6C9AE4F3DEB2E8E1B7B09E1",
+        "alias=char-major-195-*" if version else f"alias={name}",
+        "depends=",
+        "retpoline=Y",
+        f"name={name}",
+        f"vermagic={release} SMP preempt mod_unload modversions ",
+        "sig_id=PKCS#7",
+        f"signer={signer}",
+    ]
+    modinfo = b"\0".join(s.encode() for s in fields)
     body = b"\x7fELF\x02\x01\x01" + b"\0" * 9 + b"\0" + modinfo + b"\0"
     return body + _module_signature()
+
+
+# A few of the kernel's own modules, as noble's linux-modules-<release> ships them (path under kernel/, name).
+KERNEL_OWN_MODULES = {"fs/nls/nls_iso8859-1": "nls_iso8859_1", "drivers/gpu/drm/drm": "drm"}
+
+
+def zstd_compress(data: bytes) -> bytes:
+    """zstd-compress with the zstd program (Debian's ``zstd``), as the kernel's ``make modules_install`` and
+    DKMS 3 do for a ``CONFIG_MODULE_COMPRESS_ZSTD`` kernel."""
+    if shutil.which("zstd") is None:
+        raise LabError("zstd not found: install Debian's zstd (the README's setup command does)")
+    proc = subprocess.run(["zstd", "-q", "-c", "-19"], input=data, capture_output=True, check=False)
+    if proc.returncode != 0:
+        raise LabError(f"zstd could not compress a module: {proc.stderr.decode(errors='replace').strip()}")
+    return proc.stdout
 
 
 def signed_module_packages(release: str, upstream: str, pocket: str, branch: str = DRIVER_BRANCH) -> list[Package]:
@@ -385,11 +489,11 @@ def signed_module_packages(release: str, upstream: str, pocket: str, branch: str
     ]
 
 
-def dkms_package() -> Package:
+def dkms_package(series: str = DEFAULT_SERIES) -> Package:
     hook = _sh('[ -n "${1:-}" ] || exit 0\ndkms autoinstall -k "$1" || true')
     return Package(
         name="dkms",
-        version="2.8.7-2ubuntu2.2",
+        version=SERIES_TOOL_VERSIONS[series]["dkms"],
         pocket="security",
         architecture="all",
         section="kernel",
@@ -403,13 +507,13 @@ def dkms_package() -> Package:
     )
 
 
-def grub_package() -> Package:
+def grub_package(series: str = DEFAULT_SERIES) -> Package:
     """``update-grub``, ``grub-mkconfig``, ``grub-editenv``, ``grub-set-default``, ``grub-reboot`` and the
     kernel hooks ``zz-update-grub`` (stand-ins keeping GRUB's file formats and words)."""
     hook = _sh("command -v update-grub >/dev/null 2>&1 || exit 0\nexec update-grub")
     return Package(
         name="grub2-common",
-        version=GRUB_VERSION,
+        version=SERIES_TOOL_VERSIONS[series]["grub2-common"],
         pocket="security",
         section="admin",
         description="GRand Unified Bootloader (common files; gpulab stand-in writing grub.cfg and grubenv)",
@@ -434,7 +538,7 @@ def grub_package() -> Package:
     )
 
 
-def tool_packages() -> list[Package]:
+def tool_packages(series: str = DEFAULT_SERIES) -> list[Package]:
     """``mokutil`` (Secure Boot state from the EFI variable) and ``kmod`` (modprobe, modinfo, lsmod against the
     lab's simulated kernel: module search order, signatures and lockdown)."""
     kmod_links = {f"/usr/sbin/{n}": "../bin/kmod" for n in ("modprobe", "rmmod", "insmod", "depmod")}
@@ -442,7 +546,7 @@ def tool_packages() -> list[Package]:
     return [
         Package(
             name="mokutil",
-            version="0.6.0-2~22.04.2",
+            version=SERIES_TOOL_VERSIONS[series]["mokutil"],
             pocket="security",
             section="admin",
             description="tools for manipulating machine owner keys (gpulab stand-in: --sb-state)",
@@ -451,7 +555,7 @@ def tool_packages() -> list[Package]:
         ),
         Package(
             name="kmod",
-            version="29-1ubuntu1",
+            version=SERIES_TOOL_VERSIONS[series]["kmod"],
             pocket="security",
             section="admin",
             description="tools for managing Linux kernel modules (gpulab stand-in for the simulated kernel)",
@@ -489,16 +593,17 @@ exit 0
 
 
 def driver_packages(
-    upstream: str, libnvml: Path, pocket: str, daemon: Path, branch: str = DRIVER_BRANCH
+    upstream: str, libnvml: Path, pocket: str, daemon: Path, branch: str = DRIVER_BRANCH,
+    series: str = DEFAULT_SERIES,
 ) -> list[Package]:
-    """The driver's packages of one branch; ``daemon``: lab/native/driverd.c built, installed as the driver's
+    """The driver's packages of one branch and Ubuntu release; ``daemon``: lab/native/driverd.c built, installed as the driver's
     daemons. A ``-open`` branch has only its ``nvidia-driver-`` and ``nvidia-dkms-`` packages: the rest is the
     :func:`common_branch`'s. Packages of different branches conflict through the virtual names Ubuntu's provide
     (``nvidia-driver-binary``, ``nvidia-dkms-kernel``, ...), so apt swaps one branch for another.
 
     The lab's ``nvidia-driver-<branch>`` runs the DKMS build in its own maintainer scripts (Ubuntu's
     ``nvidia-dkms-<branch>`` does), so that reinstalling the driver package rebuilds the module."""
-    ver = driver_version(upstream)
+    ver = driver_version(upstream, series)
     shared = common_branch(branch)
     libdir = "/usr/lib/x86_64-linux-gnu"
     postinst = _sh(
@@ -612,7 +717,7 @@ esac
     ]
 
 
-def agent_packages() -> list[Package]:
+def agent_packages(series: str = DEFAULT_SERIES) -> list[Package]:
     return [
         Package(
             name="walinuxagent",
@@ -623,18 +728,24 @@ def agent_packages() -> list[Package]:
             description="Windows Azure Linux Agent (stand-in: an ordinary upgrade that hardening must not block)",
             files={"/usr/share/doc/walinuxagent/VERSION": v + "\n"},
         )
-        for v in AGENT_VERSIONS
+        for v in SERIES_AGENT_VERSIONS[series]
     ]
 
 
-def all_packages(libnvml_for: Callable[[str], Path], daemon: Path) -> list[Package]:
-    pkgs: list[Package] = [dkms_package(), grub_package(), *tool_packages(), *agent_packages()]
-    for k in ALL_KERNELS:
+def all_packages(
+    libnvml_for: Callable[[str], Path], daemon: Path, series: str = DEFAULT_SERIES
+) -> list[Package]:
+    """Every package of one Ubuntu release's repository (``series``: jammy or noble)."""
+    kernels = series_kernels(series)
+    pkgs: list[Package] = [
+        dkms_package(series), grub_package(series), *tool_packages(series), *agent_packages(series)
+    ]
+    for k in kernels:
         pkgs += kernel_packages(k.release) + kernel_meta_packages(k.release)
     for branch in DRIVER_BRANCHES:
         for upstream, pocket in zip(DRIVERS, DRIVER_POCKETS, strict=True):
-            pkgs += driver_packages(upstream, libnvml_for(upstream), pocket, daemon, branch)
-            for k in ALL_KERNELS:
+            pkgs += driver_packages(upstream, libnvml_for(upstream), pocket, daemon, branch, series)
+            for k in kernels:
                 pkgs += signed_module_packages(k.release, upstream, pocket, branch)
     return pkgs
 
@@ -702,7 +813,7 @@ def _hashes(path: Path) -> tuple[str, str, int]:
     return hashlib.md5(data, usedforsecurity=False).hexdigest(), hashlib.sha256(data).hexdigest(), len(data)
 
 
-def write_index(pocket_dir: Path, suite: str, debs: Iterable[Path]) -> None:
+def write_index(pocket_dir: Path, suite: str, debs: Iterable[Path], codename: str = DEFAULT_SERIES) -> None:
     """Write Packages, Packages.gz and Release for a flat repository (``deb file:DIR ./``)."""
     paragraphs = []
     for deb in sorted(debs):
@@ -718,7 +829,7 @@ def write_index(pocket_dir: Path, suite: str, debs: Iterable[Path]) -> None:
         f"Origin: {ORIGIN}",
         f"Label: {ORIGIN}",
         f"Suite: {suite}",
-        "Codename: jammy",
+        f"Codename: {codename}",
         "Architectures: amd64 all",
         "Components: main",
         f"Description: gpulab simulated Ubuntu pocket {suite}",
@@ -734,16 +845,18 @@ def write_index(pocket_dir: Path, suite: str, debs: Iterable[Path]) -> None:
     os.replace(tmp, pocket_dir / "Release")
 
 
-def build_repo(repo_dir: Path, libnvml_for: Callable[[str], Path], daemon: Path) -> dict[str, list[Path]]:
-    """Build every package into ``repo_dir/<pocket>/`` and index each pocket (``daemon``: the driver daemons'
-    program, lab/native/driverd.c)."""
+def build_repo(
+    repo_dir: Path, libnvml_for: Callable[[str], Path], daemon: Path, series: str = DEFAULT_SERIES
+) -> dict[str, list[Path]]:
+    """Build every package of one Ubuntu release into ``repo_dir/<pocket>/`` and index each pocket as that
+    release's (``Suite: <series>-security``; ``daemon``: the driver daemons' program, lab/native/driverd.c)."""
     if shutil.which("dpkg-deb") is None:
         raise LabError("dpkg-deb not found: install Debian's dpkg (the README's setup command does)")
     built: dict[str, list[Path]] = {p: [] for p in POCKETS}
     for pocket in POCKETS:
         (repo_dir / pocket).mkdir(parents=True, exist_ok=True)
-    for pkg in all_packages(libnvml_for, daemon):
+    for pkg in all_packages(libnvml_for, daemon, series):
         built[pkg.pocket].append(build_deb(pkg, repo_dir / pkg.pocket))
-    for pocket, suite in POCKETS.items():
-        write_index(repo_dir / pocket, suite, built[pocket])
+    for pocket, suite in series_pockets(series).items():
+        write_index(repo_dir / pocket, suite, built[pocket], codename=series)
     return built

@@ -217,7 +217,8 @@ class NvidiaModule:
     """The NVIDIA module modprobe would load for one kernel (DKMS's ``updates/dkms`` first, as depmod searches).
 
     ``source``: ``dkms`` | ``package`` (the kernel's own tree: a precompiled package) | ``other`` | None (no
-    module). ``signed``: the file ends with the kernel's signature magic (None: unreadable or ``.ko.zst``).
+    module). ``signed``: the file ends with the kernel's signature magic (None: unreadable,
+    or a ``.ko.zst`` the host has neither zstd nor modinfo to read).
     ``would_load``: the kernel would load it under the host's Secure Boot state (None: cannot be told).
     """
 

@@ -43,6 +43,7 @@ def make_lab(  # type: ignore[no-untyped-def]
     secure_boot: bool = False,
     host_overrides: dict[str, Any] | None = None,
     driver_branch: str | None = None,
+    release: str = "jammy",
 ):
     """A running lab of ``hosts`` hosts on ``prefix``; when starting it fails part-way, whatever did start is taken
     down (purged) before the error propagates, so the caller's ``try/finally`` only has to cover a lab that is up."""
@@ -57,6 +58,7 @@ def make_lab(  # type: ignore[no-untyped-def]
         "boot_delay": 0.3,
         "inventory_path": str(tmp / "inventory" / "hosts.yml"),
         "flavour": flavour,  # tests run generic hosts unless they ask for azure ones
+        "release": release,  # Ubuntu 22.04 hosts unless a test asks for noble (24.04) ones
     }
     if host_overrides:
         mapping["host_overrides"] = host_overrides

@@ -15,8 +15,8 @@ version_added: "0.1.0"
 description:
   - Looks under C(/lib/modules/KERNEL) the way the gpufleet probe does (DKMS location, the kernel tree, then a
     bounded walk) for C(nvidia.ko) in any compression the kernel loads (.ko, .ko.xz, .ko.zst, .ko.gz).
-  - Reads the module's C(version) from its modinfo strings (not for .ko.zst, which the standard library cannot
-    decompress).
+  - Reads the module's C(version) from its modinfo strings; .ko.xz/.ko.gz are decompressed with the standard
+    library, .ko.zst with the host's C(zstd) program (else C(modinfo)), as the probe does.
   - Only reads; never changes the host.
 options:
   kernel:
@@ -52,7 +52,9 @@ source:
   type: str
   returned: always
 signed:
-  description: Whether the module file ends with the kernel's signature magic (null for .ko.zst or unreadable).
+  description: >-
+    Whether the module file ends with the kernel's signature magic (null when unreadable, or a .ko.zst with
+    neither zstd nor modinfo).
   type: bool
   returned: always
 """

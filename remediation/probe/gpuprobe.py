@@ -53,6 +53,7 @@ KERNEL_LOG_HEAD_LINES = 100  # when capping, keep the first lines since boot and
 APT_HISTORY_MAX_BYTES = 2 * 1024 * 1024
 KERN_LOG_TAIL_BYTES = 8 * 1024 * 1024
 MODULE_SCAN_MAX_BYTES = 512 * 1024 * 1024
+ZSTD_TIMEOUT_S = 30.0  # decompressing one .ko.zst (an nvidia.ko is ~100 MB; zstd does several hundred MB/s)
 MODULE_WALK_MAX_ENTRIES = 50000
 MODULE_WALK_MAX_DEPTH = 8
 REAP_GRACE_S = 2.0
@@ -812,13 +813,96 @@ def collect_secure_boot(options):
     return {"enabled": None, "source": None, "error": "; ".join(errors) or "no EFI variable and no mokutil"}
 
 
+class ZstdUnavailable(Exception):
+    """A .ko.zst that cannot be read on this host: no zstd program, or it failed, timed out or overflowed."""
+
+
+def _zstd_chunks(path, timeout=ZSTD_TIMEOUT_S, max_bytes=MODULE_SCAN_MAX_BYTES):
+    # type: (str, float, int) -> Iterable[bytes]
+    """The decompressed bytes of a .zst file, in chunks, from the host's own ``zstd -q -d -c -- PATH`` (fixed
+    argv, no shell; Ubuntu 24.04 installs zstd): the standard library has no zstd before Python 3.14.  At most
+    ``max_bytes`` and ``timeout`` seconds; a consumer that stops early (it found what it wanted) ends the child.
+    Raises :class:`ZstdUnavailable` when the program is missing, fails, is too slow or its output too long."""
+    zstd = _which("zstd")
+    if zstd is None:
+        raise ZstdUnavailable("no zstd program on the host to read %s" % path)
+    try:
+        proc = subprocess.Popen(
+            [zstd, "-q", "-d", "-c", "--", path],
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            start_new_session=True,
+        )
+    except (IOError, OSError) as exc:
+        raise ZstdUnavailable("zstd: %s" % exc) from None
+    deadline = time.monotonic() + timeout
+    total = 0
+    finished = False
+    try:
+        stdout = proc.stdout
+        assert stdout is not None
+        while True:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise ZstdUnavailable("zstd -d %s timed out after %.0f s" % (path, timeout)) from None
+            ready, _, _ = select.select([stdout], [], [], left)
+            if not ready:
+                continue
+            chunk = os.read(stdout.fileno(), 1024 * 1024)
+            if not chunk:
+                break
+            total += len(chunk)
+            if total > max_bytes:
+                raise ZstdUnavailable("%s decompresses to more than %d bytes" % (path, max_bytes))
+            yield chunk
+        try:
+            rc = proc.wait(timeout=max(deadline - time.monotonic(), 0.1))
+        except subprocess.TimeoutExpired:
+            raise ZstdUnavailable("zstd -d %s timed out after %.0f s" % (path, timeout)) from None
+        if rc != 0:
+            err = proc.stderr.read(400) if proc.stderr is not None else b""
+            raise ZstdUnavailable("zstd -d %s: exit %d %s" % (path, rc, err.decode("utf-8", "replace").strip()))
+        finished = True
+    finally:
+        if not finished:
+            _kill_group(proc.pid)
+        with contextlib.suppress(OSError, subprocess.TimeoutExpired):
+            proc.wait(timeout=REAP_GRACE_S)
+        for stream in (proc.stdout, proc.stderr):
+            if stream is not None:
+                with contextlib.suppress(OSError):
+                    stream.close()
+
+
+def _modinfo_field(path, field, timeout=COMMAND_TIMEOUT_S):
+    # type: (str, str, float) -> Optional[str]
+    """``modinfo -F FIELD PATH`` (kmod; noble's reads .ko.zst): the value, "" when the module has none, None when
+    modinfo is missing or cannot read the file."""
+    modinfo = _which("modinfo")
+    if modinfo is None:
+        return None
+    run = run_command([modinfo, "-F", field, "--", path], timeout)
+    if run["error"] or run["rc"] != 0:
+        return None
+    return run["stdout"][:4096].strip()
+
+
 def module_signed(path):
     # type: (str) -> Optional[bool]
-    """Does the module file end with the kernel's signature magic?  .ko.gz/.ko.xz are decompressed (the magic is
-    inside); .ko.zst cannot be (no zstd in the standard library): None."""
-    if path.endswith(".zst"):
-        return None
+    """Does the module file end with the kernel's signature magic?  .ko.gz/.ko.xz are decompressed with the
+    standard library, .ko.zst with the host's zstd program (the signature is inside the compressed file); without
+    zstd, ``modinfo`` (a signed module has a ``signer``); else None (cannot tell)."""
     size = len(MODULE_SIGNATURE_MAGIC)
+    if path.endswith(".zst"):
+        try:
+            tail = b""
+            for chunk in _zstd_chunks(path):
+                tail = (tail + chunk)[-size:]
+            return tail == MODULE_SIGNATURE_MAGIC
+        except ZstdUnavailable:
+            signer = _modinfo_field(path, "signer")
+            return None if signer is None else bool(signer)
     if path.endswith((".gz", ".xz")):
         opener = gzip.open if path.endswith(".gz") else lzma.open  # type: Callable[..., Any]
         tail = b""
@@ -859,7 +943,7 @@ def would_load(present, signed, source, secure_boot):
     """Would the kernel load this module?  A module signed by its distribution (a precompiled package) loads under
     Secure Boot; without Secure Boot any module loads; with it an unsigned one is refused, and a DKMS module signed
     with DKMS's own key loads only if that key is enrolled, which the probe cannot see.  None where it cannot be
-    told (Secure Boot state unknown, a .ko.zst, a DKMS-signed module)."""
+    told (Secure Boot state unknown, a .ko.zst the host cannot decompress, a DKMS-signed module)."""
     if not present:
         return False
     if signed is True and source != "dkms":
@@ -1099,15 +1183,44 @@ def _is_core_module(name):
 
 _MODINFO_RE = re.compile(rb"(?:^|\x00)version=([0-9][0-9A-Za-z.+~_-]*)\x00")
 _MODINFO_TEXT_RE = re.compile(rb"(?m)^version:\s*([0-9][0-9A-Za-z.+~_-]*)\s*$")
+_VERSION_TEXT_RE = re.compile(r"^[0-9][0-9A-Za-z.+~_-]{0,63}$")
+
+
+def _scan_version(chunks):
+    # type: (Iterable[bytes]) -> Optional[str]
+    tail = b""
+    total = 0
+    for chunk in chunks:
+        total += len(chunk)
+        data = tail + chunk
+        for regex in (_MODINFO_RE, _MODINFO_TEXT_RE):
+            match = regex.search(data)
+            if match:
+                return match.group(1).decode("ascii", "replace")
+        tail = data[-256:]
+        if total >= MODULE_SCAN_MAX_BYTES:
+            break
+    return None
 
 
 def module_version(path):
     # type: (str) -> Optional[str]
     """The ``version`` of a kernel module file, from its .modinfo strings (``version=535.183.01``)
-    or a modinfo-like ``version:`` line; .ko.gz and .ko.xz are decompressed, .ko.zst cannot be
-    (no zstd in the standard library) and gives None."""
+    or a modinfo-like ``version:`` line; .ko.gz and .ko.xz are decompressed with the standard library,
+    .ko.zst with the host's zstd program (else ``modinfo -F version``; None when neither can read it)."""
     if path.endswith(".zst"):
-        return None
+        try:
+            chunks = _zstd_chunks(path)
+            try:
+                return _scan_version(chunks)
+            finally:
+                close = getattr(chunks, "close", None)
+                if close is not None:
+                    close()  # a version found early ends zstd now
+        except ZstdUnavailable:
+            version = _modinfo_field(path, "version")
+            first = version.splitlines()[0].strip() if version else ""
+            return first if _VERSION_TEXT_RE.match(first) else None
     if path.endswith(".gz"):
         opener = gzip.open  # type: Callable[..., Any]
     elif path.endswith(".xz"):

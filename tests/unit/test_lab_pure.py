@@ -206,3 +206,39 @@ def test_flavour_follows_the_flag_then_the_config_then_the_vm_size() -> None:
 def test_bad_lab_settings_are_named(setting: dict[str, object], message: str) -> None:
     with pytest.raises(LabError, match=message):
         LabConfig.from_mapping(setting)
+
+
+def test_noble_kernels_packages_and_release_settings(tmp_path: Path) -> None:
+    """Ubuntu 24.04: 6.8 kernels whose meta-packages carry the kernel's own version, the noble driver suffix, the
+    kernel's own modules as zstd frames that the boot loader reads (signed inside), and the release setting."""
+    assert [packages.boot_kernel(f, "noble") for f in packages.FLAVOURS] == ["6.8.0-45-generic", "6.8.0-1016-azure"]
+    assert packages.new_kernel("azure", "noble") == "6.8.0-1017-azure"
+    assert packages.kernel_version("6.8.0-1017-azure") == packages.meta_version("6.8.0-1017-azure") == "6.8.0-1017.20"
+    assert packages.signed_module_version("6.8.0-1017-azure", packages.DRIVERS[1]) == "6.8.0-1017.20+1"
+    assert packages.driver_version("535.183.01", "noble") == "535.183.01-0ubuntu0.24.04.1"
+    assert packages.driver_version("535.183.01") == "535.183.01-0ubuntu0.22.04.1"  # jammy stays the default
+    assert packages.series_pockets("noble") == {"security": "noble-security", "updates": "noble-updates"}
+    assert packages.compresses_modules("6.8.0-47-generic") and not packages.compresses_modules("6.5.0-45-generic")
+    modules = packages.kernel_packages("6.8.0-1017-azure")[0]
+    zst = {p: c for p, c in modules.files.items() if p.endswith(".ko.zst")}
+    assert set(zst) == {"/lib/modules/6.8.0-1017-azure/kernel/drivers/gpu/drm/drm.ko.zst",
+                        "/lib/modules/6.8.0-1017-azure/kernel/fs/nls/nls_iso8859-1.ko.zst"}
+    path = tmp_path / "drm.ko.zst"
+    data = zst["/lib/modules/6.8.0-1017-azure/kernel/drivers/gpu/drm/drm.ko.zst"]
+    assert isinstance(data, bytes) and data[:4] == b"\x28\xb5\x2f\xfd"
+    path.write_bytes(data)
+    assert boot.module_signed(path) and boot.find_module(tmp_path, "x") is None
+    image = packages.kernel_packages("6.8.0-47-generic")[1]
+    assert "CONFIG_MODULE_COMPRESS_ZSTD=y" in str(image.files["/boot/config-6.8.0-47-generic"])
+    assert "CONFIG_MODULE_COMPRESS_ZSTD" not in str(packages.kernel_packages("6.5.0-45-generic")[1].files[
+        "/boot/config-6.5.0-45-generic"])
+    deb = packages.build_deb(modules, tmp_path)
+    packages.write_index(tmp_path, "noble-security", [deb], codename="noble")
+    assert "Codename: noble" in (tmp_path / "Release").read_text()
+    cfg = LabConfig(release="noble", host_overrides={"gpu-2": {"release": "jammy"}})
+    assert (cfg.host_release("gpu-1"), cfg.host_release("gpu-2"), cfg.host_release("gpu-1", "jammy")) == (
+        "noble", "jammy", "jammy")
+    with pytest.raises(LabError, match=r"lab\.release 'focal'"):
+        LabConfig(release="focal").validate()
+    with pytest.raises(LabError, match=r"host_overrides.gpu-3.release"):
+        LabConfig(host_overrides={"gpu-3": {"release": "bionic"}}).validate()
