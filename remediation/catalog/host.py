@@ -20,7 +20,8 @@ _S1_SYMPTOMS = (
 _S1_DIAGNOSIS = (
     "- `dmesg | grep -i nvidia` (look for: module nvidia not found in modules.dep)\n"
     "- `uname -r` (the booted kernel, e.g. 6.5.0-44-generic)\n"
-    "- `ls /lib/modules/$(uname -r)/updates/dkms/ /lib/modules/$(uname -r)/kernel/drivers/video/` (nvidia.ko?)\n"
+    "- `find /lib/modules/$(uname -r) -name 'nvidia.ko*'` (DKMS builds in updates/dkms/, Ubuntu's signed packages in"
+    " kernel/nvidia-<branch>/; .ko.zst on 24.04)\n"
     "- `dpkg -l | grep nvidia-driver` (the installed driver, e.g. nvidia-driver-535 535.183.01)\n"
     "- `grep -A 5 linux-image /var/log/apt/history.log` (did unattended-upgrade install a new kernel?)\n"
     "- `invoke diagnose FILE` on the nvidia-smi output, dmesg or apt history"
