@@ -596,10 +596,10 @@ def driver_packages(
     upstream: str, libnvml: Path, pocket: str, daemon: Path, branch: str = DRIVER_BRANCH,
     series: str = DEFAULT_SERIES,
 ) -> list[Package]:
-    """The driver's packages of one branch and Ubuntu release; ``daemon``: lab/native/driverd.c built, installed as the driver's
-    daemons. A ``-open`` branch has only its ``nvidia-driver-`` and ``nvidia-dkms-`` packages: the rest is the
-    :func:`common_branch`'s. Packages of different branches conflict through the virtual names Ubuntu's provide
-    (``nvidia-driver-binary``, ``nvidia-dkms-kernel``, ...), so apt swaps one branch for another.
+    """The driver's packages of one branch and Ubuntu release; ``daemon``: lab/native/driverd.c built, installed
+    as the driver's daemons. A ``-open`` branch has only its ``nvidia-driver-`` and ``nvidia-dkms-`` packages:
+    the rest is the :func:`common_branch`'s. Packages of different branches conflict through the virtual names
+    Ubuntu's provide (``nvidia-driver-binary``, ``nvidia-dkms-kernel``, ...), so apt swaps one branch for another.
 
     The lab's ``nvidia-driver-<branch>`` runs the DKMS build in its own maintainer scripts (Ubuntu's
     ``nvidia-dkms-<branch>`` does), so that reinstalling the driver package rebuilds the module."""

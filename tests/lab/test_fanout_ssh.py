@@ -290,7 +290,8 @@ def test_ansible_through_the_runner_refuses_an_unknown_host_key(fleet: Fleet, en
     empty = fleet.tmp / "empty_known_hosts"
     empty.write_text("")
     doc = {"all": {"hosts": {"gpu-3": {
-        "ansible_host": fleet.addr["gpu-3"], "ansible_user": "azureuser", "ansible_python_interpreter": "/usr/bin/python3",
+        "ansible_host": fleet.addr["gpu-3"], "ansible_user": "azureuser",
+        "ansible_python_interpreter": "/usr/bin/python3",
         "ansible_ssh_common_args": f"-o UserKnownHostsFile={empty} -o StrictHostKeyChecking=yes", "expected": "gpu-3",
     }}}}
     inventory = fleet.tmp / "hosts-unknown.yml"
