@@ -601,8 +601,8 @@ def driver_packages(
     the rest is the :func:`common_branch`'s. Packages of different branches conflict through the virtual names
     Ubuntu's provide (``nvidia-driver-binary``, ``nvidia-dkms-kernel``, ...), so apt swaps one branch for another.
 
-    The lab's ``nvidia-driver-<branch>`` runs the DKMS build in its own maintainer scripts (Ubuntu's
-    ``nvidia-dkms-<branch>`` does), so that reinstalling the driver package rebuilds the module."""
+    As on Ubuntu, ``nvidia-dkms-<branch>``'s maintainer scripts register and build the module; the
+    ``nvidia-driver-<branch>`` metapackage has none, so reinstalling it rebuilds nothing."""
     ver = driver_version(upstream, series)
     shared = common_branch(branch)
     libdir = "/usr/lib/x86_64-linux-gnu"
@@ -644,6 +644,8 @@ esac
                     'DEST_MODULE_LOCATION[0]="/updates/dkms"\nAUTOINSTALL="yes"\n'
                 )
             },
+            # As Ubuntu's: this package's scripts register the source with DKMS and build it (dkms_common).
+            scripts={"postinst": postinst, "prerm": prerm},
         ),
         Package(
             name=f"nvidia-driver-{branch}",
@@ -660,7 +662,6 @@ esac
             ),
             provides=("nvidia-driver-binary",),
             conflicts=("nvidia-driver-binary",),
-            scripts={"postinst": postinst, "prerm": prerm},
         ),
     ]
     if shared != branch:

@@ -1075,7 +1075,9 @@ class LabDriverAgent:
         target = driver[0] if driver is not None else "nvidia-driver-535"
         # The candidate version: the newest the host's sources have (an upgrade), else a reinstall that makes DKMS
         # build the module for the running kernel.
-        step = run(host, ["apt-get", "install", "--reinstall", "-y", "-q", target], check=False)
+        # The DKMS package's scripts build the module (the driver metapackage has none): both are reinstalled.
+        dkms = "nvidia-dkms-" + target.removeprefix("nvidia-driver-")
+        step = run(host, ["apt-get", "install", "--reinstall", "-y", "-q", target, dkms], check=False)
         if step.returncode != 0:
             return AgentResult(False, (f"Enable failed: installing {target}: {_last(step)}",))
         module = self.lab.host_path(host, f"/lib/modules/{kernel}/updates/dkms/nvidia.ko")

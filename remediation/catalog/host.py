@@ -34,8 +34,10 @@ _S1_RESOLUTION = (
     "- Option A (Azure VMs): reinstall the driver extension: `az vm extension set --resource-group RG "
     "--vm-name VM --name NvidiaGpuDriverLinux --publisher Microsoft.HpcCompute --version 1.9`\n"
     "- Option B: hold the kernel and reinstall the driver: `sudo apt-mark hold linux-image-$(uname -r) "
-    "linux-headers-$(uname -r)`; `sudo apt install --reinstall nvidia-driver-BRANCH` (the installed branch, whole: "
-    "`535`, `535-server`, `535-open`; `dpkg -l 'nvidia-driver-*'`); `sudo reboot` (only where a reboot is allowed)\n"
+    "linux-headers-$(uname -r)`; `sudo apt install linux-headers-$(uname -r)` then `sudo dkms autoinstall -k "
+    "$(uname -r)` (DKMS builds the installed driver's module; reinstalling the `nvidia-driver-BRANCH` metapackage "
+    "builds nothing: `sudo apt install --reinstall nvidia-dkms-BRANCH` does, with the branch whole: `535`, "
+    "`535-server`, `535-open`); `sudo reboot` (only where a reboot is allowed)\n"
     "- Automated: `invoke driver-restore --limit HOST`, then verify with NVML (`invoke audit --limit HOST`)"
 )
 _S1_PREVENTION = (

@@ -334,7 +334,7 @@ def _rebuild(
                                  headers=needs_reboot),
             needs_reboot=needs_reboot, module_source="dkms", module_source_reason=reason,
             steps=(f"install {headers}" if install else f"{headers} already installed",
-                   f"reinstall {driver}={version} (DKMS builds the module for {kernel})", *tail),
+                   f"dkms autoinstall -k {kernel} (DKMS builds the registered module of {driver} {version})", *tail),
             **base,
         )
     branch = pkgs.driver_branch if is_branch(pkgs.driver_branch) else None  # host output: a name, or nothing

@@ -160,17 +160,18 @@ def test_kernel_upgrade_fault_is_runbook_s1(lab) -> None:  # type: ignore[no-unt
         lab.clear("gpu-2")
 
 
-def test_reinstalling_the_driver_with_headers_repairs_the_module(lab, broken) -> None:  # type: ignore[no-untyped-def]
+def test_headers_dkms_hook_repairs_the_module_the_driver_metapackage_builds_nothing(lab, broken) -> None:  # type: ignore[no-untyped-def]
+    """As on Ubuntu: ``nvidia-driver-535`` is a metapackage without maintainer scripts (reinstalling it builds no
+    module); DKMS builds through ``nvidia-dkms-535``'s scripts, its kernel hooks and ``dkms autoinstall``."""
     inject(lab, broken, "kernel-upgrade")
     assert nvml(lab, broken) == {"error": "NVMLError_DriverNotLoaded"}
-    fix = ssh(
-        lab,
-        broken,
-        # Pin the installed version: a bare --reinstall would take the newer driver from -updates (real apt does).
-        "apt-get install -y -q linux-headers-$(uname -r) && apt-get install -y -q --reinstall"
-        " nvidia-driver-535=$(dpkg-query -W -f='${Version}' nvidia-driver-535)",
-        timeout=300,
-    )
+    # Pin the installed version: a bare --reinstall would take the newer driver from -updates (real apt does).
+    meta = ssh(lab, broken, "apt-get install -y -q --reinstall"
+               " nvidia-driver-535=$(dpkg-query -W -f='${Version}' nvidia-driver-535)", timeout=300)
+    assert meta.returncode == 0, meta.stdout + meta.stderr
+    assert "Installing to" not in meta.stdout
+    assert ssh(lab, broken, "ls /lib/modules/6.5.0-45-generic/updates/dkms/nvidia.ko").returncode != 0
+    fix = ssh(lab, broken, "apt-get install -y -q linux-headers-$(uname -r)", timeout=300)
     assert fix.returncode == 0, fix.stdout + fix.stderr
     assert "Installing to /lib/modules/6.5.0-45-generic/updates/dkms/" in fix.stdout
     lab.reboot(broken)
