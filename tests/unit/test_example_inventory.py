@@ -17,7 +17,8 @@ from remediation.inventory import load
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLE = ROOT / "inventories" / "example"
 GROUP_VARS = EXAMPLE / "group_vars" / "gpu.yml"
-CONNECTION = {"ansible_host", "ansible_user", "ansible_port", "ansible_python_interpreter", "ansible_ssh_common_args"}
+CONNECTION = {"ansible_host", "ansible_user", "ansible_become", "ansible_port", "ansible_python_interpreter",
+              "ansible_ssh_common_args"}
 
 
 def _role_options() -> set[str]:
