@@ -1227,21 +1227,8 @@ def module_version(path):
         opener = lzma.open
     else:
         opener = open
-    tail = b""
-    total = 0
     with opener(path, "rb") as handle:
-        while total < MODULE_SCAN_MAX_BYTES:
-            chunk = handle.read(1024 * 1024)
-            if not chunk:
-                break
-            total += len(chunk)
-            data = tail + chunk
-            for regex in (_MODINFO_RE, _MODINFO_TEXT_RE):
-                match = regex.search(data)
-                if match:
-                    return match.group(1).decode("ascii", "replace")
-            tail = data[-256:]
-    return None
+        return _scan_version(iter(lambda: handle.read(1024 * 1024), b""))
 
 
 def _dkms_for_release(options, release):
