@@ -134,7 +134,7 @@ def driver_restore(  # type: ignore[no-untyped-def]
         lease_hosts=load(path, group),  # the whole fleet carries the lease, whatever --limit says
     )
     print_restore_result(console, result)
-    if result.stopped not in ("dry-run", "declined", "nothing to do"):
+    if result.stopped is None or not result.stopped.changed_nothing:
         text = render_restore_report(result)
         out = Path(report) if report else options.state_dir / f"driver-restore-{fleet}-{result.run_id}.md"
         out.parent.mkdir(parents=True, exist_ok=True)

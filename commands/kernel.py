@@ -119,7 +119,7 @@ def kernel_update(  # type: ignore[no-untyped-def]
         lease_hosts=load(path, group),
     )
     print_kernel_result(console, result)
-    if result.stopped not in ("dry-run", "declined", "nothing to do"):
+    if result.stopped is None or not result.stopped.changed_nothing:
         out = Path(report) if report else options.state_dir / f"kernel-update-{fleet}-{result.run_id}.md"
         out.parent.mkdir(parents=True, exist_ok=True)
         out.write_text(render_kernel_report(result))

@@ -28,6 +28,7 @@ SOURCE = {"generic": "dkms", "azure": "signed"}
 def run(ctx: SceneContext) -> bool:
     from remediation.kernelupdate.flow import KernelStatus, KernelUpdateOptions, kernel_update
     from remediation.report.kernel_update_view import print_kernel_plan, print_kernel_result
+    from remediation.rollout.engine import StopReason
 
     lab, console, root = ctx.lab, ctx.console, ctx.root
     if lab.supervisor_pid() is None or len(lab.existing_hosts()) < 3:
@@ -50,7 +51,7 @@ def run(ctx: SceneContext) -> bool:
     generic = [p.host for p in check.plan if p.changes_host and p.host not in azure][:1]
     movers = generic + [p.host for p in check.plan if p.changes_host and p.host == azure[0]]
     flavour = {h: ("azure" if h in azure else "generic") for h in movers}
-    ok &= check.stopped == "dry-run" and len(movers) == 2
+    ok &= check.stopped is StopReason.PREVIEW and len(movers) == 2
     ok &= all(p.target_kernel == NEW[flavour[p.host]] and p.module_source == SOURCE[flavour[p.host]]
               for p in check.plan if p.host in movers)
 

@@ -277,7 +277,7 @@ class KernelUpdateSettings:
 
 def _check_lock_ttl(ttl_s: float, section: str) -> None:
     """The lock/lease TTL of ``section`` must be sane (>= 30 s): refused at config load with one line."""
-    from remediation.restore.lock import check_ttl
+    from remediation.rollout.lock import check_ttl
 
     if (bad := check_ttl(ttl_s, f"setting {section}.lock_ttl_s")) is not None:
         raise UsageError(f"{bad}; fix it in invoke.yaml")

@@ -14,6 +14,7 @@ from pathlib import Path
 
 from .audit import AuditOptions, AuditResult, run_audit
 from .inventory import Host
+from .rollout.engine import StopReason
 from .runner import PlaybookResult, run_playbook
 
 PLAYBOOK = "playbooks/harden.yml"
@@ -61,7 +62,7 @@ class HardenResult:
     plan: HardenPlan
     applied: PlaybookResult | None
     after: AuditResult | None
-    stopped: str | None  # "check" | "declined" | "nothing to do" | None (applied)
+    stopped: StopReason | None  # preview | declined | nothing to do | None (applied)
 
     @property
     def not_converged(self) -> list[str]:
@@ -72,7 +73,7 @@ class HardenResult:
     @property
     def exit_code(self) -> int:
         """0 converged (or only previewed/declined); 1 a host is not hardened after the run."""
-        if self.stopped in ("check", "declined"):
+        if self.stopped in (StopReason.PREVIEW, StopReason.DECLINED):
             return 0
         return 1 if self.not_converged else 0
 
@@ -107,7 +108,7 @@ def harden(
     before = run_audit(hosts, options, inventory=str(inventory))
     the_plan = plan(before)
     if not the_plan.to_change:
-        return HardenResult(before, the_plan, None, None, "nothing to do")
+        return HardenResult(before, the_plan, None, None, StopReason.NOTHING_TO_DO)
     # The audit has just read each host's booted kernel: the playbook need not gather facts again.
     kernels = {h.host: h.facts.system.kernel for h in before.hosts if h.facts is not None and h.facts.system.kernel}
     extravars = {
@@ -124,9 +125,9 @@ def harden(
     if show_plan is not None:
         show_plan(the_plan, preview)
     if check:
-        return HardenResult(before, the_plan, preview, None, "check")
+        return HardenResult(before, the_plan, preview, None, StopReason.PREVIEW)
     if confirm is not None and not confirm(the_plan, preview):
-        return HardenResult(before, the_plan, preview, None, "declined")
+        return HardenResult(before, the_plan, preview, None, StopReason.DECLINED)
     applied = run_playbook(PLAYBOOK, inventory, limit=the_plan.to_change, diff=diff, extravars=extravars)
     after = run_audit(hosts, options, inventory=str(inventory))
     return HardenResult(before, the_plan, applied, after, None)

@@ -20,10 +20,12 @@ from __future__ import annotations
 import contextlib
 import os
 import shutil
+import signal
 import sys
 import tempfile
+import threading
 import uuid
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
 from pathlib import Path
@@ -178,6 +180,24 @@ def _scrub_artifacts(run_dir: Path) -> None:
         command.write_text(json.dumps(doc))
 
 
+@contextlib.contextmanager
+def _sigint_cancels() -> Iterator[threading.Event]:
+    """While a playbook runs, SIGINT (Ctrl-C, ``kill -INT``) only sets the returned event; ansible-runner polls it as
+    its cancel callback and kills the playbook's whole process group, so no Ansible worker goes on changing a host
+    after the controller was interrupted. :func:`run_playbook` raises ``KeyboardInterrupt`` once the run is down.
+    Outside the main thread (no signal handler can be set) the event is never set and SIGINT acts as usual."""
+    event = threading.Event()
+    if threading.current_thread() is not threading.main_thread():
+        yield event
+        return
+    previous = signal.getsignal(signal.SIGINT)
+    signal.signal(signal.SIGINT, lambda _sig, _frame: event.set())
+    try:
+        yield event
+    finally:
+        signal.signal(signal.SIGINT, previous)
+
+
 def run_playbook(
     playbook: str | Path,
     inventory: str | Path,
@@ -232,7 +252,11 @@ def run_playbook(
             project_dir=str(PROJECT_ROOT),
         )
         runner.config.env = _runner_env(runner.config.env, env)
-        runner.run()
+        with _sigint_cancels() as interrupted:
+            runner.cancel_callback = interrupted.is_set
+            runner.run()
+        if interrupted.is_set():
+            raise KeyboardInterrupt(f"playbook {playbook.name} interrupted; its processes were stopped")
         stats = runner.stats or {}
         tail = ""
         with contextlib.suppress(OSError, ValueError):

@@ -1,6 +1,6 @@
 # Apache-2.0 (see the project's pyproject.toml)
 """Filters of the gpu_kernel_update role: the kernel update's apt query, plan and undo steps, from the project's one
-implementation (``remediation.kernelupdate.rules``, ``remediation.restore.journal``) in the installed Python package
+implementation (``remediation.kernelupdate.rules``, ``remediation.rollout.journal``) in the installed Python package
 gpu-fleet-remediation. They run on the controller."""
 
 from __future__ import annotations
@@ -42,7 +42,7 @@ def gpufleet_kernel_update_plan(doc, host, host_vars, available_text, kernel="",
 
 
 def gpufleet_kernel_update_undo_steps(journal, installed, held, grub_lines, present_paths=()):
-    undo = _library("remediation.restore.journal").undo_steps_from_dicts
+    undo = _library("remediation.rollout.journal").undo_steps_from_dicts
     return undo(journal, list(installed), list(held), dict(grub_lines), list(present_paths))
 
 

@@ -3,7 +3,7 @@
 
 ``gpufleet_restore_decision`` runs the same code as ``invoke driver-restore`` (``remediation.restore.rules``
 over the probe's facts and the audit's checks), and ``gpufleet_restore_undo_steps`` the same undo bookkeeping
-(``remediation.restore.journal``). They run on the controller and import the project's Python package
+(``remediation.rollout.journal``). They run on the controller and import the project's Python package
 (``gpu-fleet-remediation``) from the Python that runs Ansible: installed with pip next to ansible-core, in the
 execution environment, or the checkout's own virtualenv.
 """
@@ -52,7 +52,7 @@ def gpufleet_restore_method(host_vars, requested="auto"):
 
 
 def gpufleet_restore_undo_steps(journal, installed, held, grub_lines, present_paths=()):
-    undo_steps_from_dicts = _library("remediation.restore.journal").undo_steps_from_dicts
+    undo_steps_from_dicts = _library("remediation.rollout.journal").undo_steps_from_dicts
     return undo_steps_from_dicts(journal, list(installed), list(held), dict(grub_lines), list(present_paths))
 
 

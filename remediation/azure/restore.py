@@ -35,8 +35,8 @@ from typing import Any
 from remediation.audit import HostAudit
 from remediation.fanout import Status, fan_out
 from remediation.inventory import Host, load
-from remediation.restore.journal import JOURNAL_PATH, JOURNAL_SCHEMA
 from remediation.restore.rules import Decision, Prefer, decide
+from remediation.rollout.journal import JOURNAL_PATH, JOURNAL_SCHEMA
 from remediation.runner import HostOutcome, HostState, PlaybookResult, TaskChange
 
 from .client import ArmClient

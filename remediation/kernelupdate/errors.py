@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from remediation.restore.errors import RestoreError
+from remediation.rollout.errors import RolloutError
 
 
-class KernelUpdateError(RestoreError):
+class KernelUpdateError(RolloutError):
     """``invoke kernel-update`` cannot run as asked (nothing has been changed when this is raised)."""

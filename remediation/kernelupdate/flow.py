@@ -1,47 +1,46 @@
-"""``invoke kernel-update``: move GPU hosts to a newer kernel of their flavour, rolling and gated twice.
+"""``invoke kernel-update``: move GPU hosts to a newer kernel of their flavour, an adapter on the rollout engine.
 
-audit (read-only) + what apt offers each host -> per-host plan (printed) -> ``--check`` stops -> confirm unless
-``--yes`` -> the fleet lock and the lease on every reachable host (the restore's: a kernel update and a driver restore
-never run at once) -> per batch: ``playbooks/kernel_update.yml`` limited to the batch (install, gate 1, one-shot trial
-boot, gate 2, promote or fall back and undo, hold) -> the batch is audited again (gate 2 from the controller: the
-host runs the target and NVML answers with the driver) -> stop after ``max_failures`` failed hosts; later hosts are not
-touched. Without ``--allow-reboot`` a host's kernel is staged (installed, gate 1 passed, held): it counts as not moved.
+The engine runs it (:mod:`remediation.rollout`): audit (read-only) + what apt offers each host -> per-host plan
+(printed) -> ``--check`` stops -> confirm unless ``--yes`` -> the fleet lock and the lease on every reachable host (the
+same as the driver restore's: a kernel update and a driver restore never run at once) -> per batch:
+``playbooks/kernel_update.yml`` limited to the batch (install, gate 1, one-shot trial boot, gate 2, promote or fall back
+and undo, hold) -> the batch is audited again (gate 2 from the controller: the host runs the target and NVML answers
+with the driver) -> a failed host is undone by the engine (a batch that timed out, crashed or was interrupted too: a
+one-shot ``grub-reboot`` into an untested kernel never stays armed) -> stop after ``max_failures`` failed hosts.
+Without ``--allow-reboot`` a host's kernel is staged (installed, gate 1 passed, held): it counts as not moved.
 """
 
 from __future__ import annotations
 
-import json
-import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from enum import StrEnum
 from pathlib import Path
 from typing import Any
 
-from remediation.audit import AuditOptions, AuditResult, HostAudit, run_audit
-from remediation.errors import RunnerError
+from remediation.audit import AuditOptions, AuditResult, HostAudit
 from remediation.fanout import Status, fan_out
 from remediation.inventory import Host
-from remediation.restore.flow import (
-    UNLEASED,
-    _Applied,
-    _apply_failure,
-    _cordon_markers,
-    journal_blocks,
-    new_run_id,
-    rolling_exit_code,
-    rolling_outcome,
-)
-from remediation.restore.journal import Journal, journal_from_dict
-from remediation.restore.lock import DEFAULT_TTL_S, HostLeases, LockInfo, check_ttl, fleet_lock, host_leases
 from remediation.restore.rules import MODULE_SOURCES
-from remediation.runner import HostState, PlaybookResult, run_playbook
+from remediation.rollout.engine import (
+    Applied,
+    ChangeKind,
+    Outcome,
+    Rollout,
+    RolloutHooks,
+    RolloutSettings,
+    Verdict,
+    run_rollout,
+)
+from remediation.rollout.journal import Journal
+from remediation.rollout.lock import DEFAULT_TTL_S
+from remediation.runner import PlaybookResult, run_playbook
 
 from .errors import KernelUpdateError
 from .rules import Available, KernelPlan, available_query, parse_available, plan_host
 
-__all__ = ["JOURNAL_PATH", "PLAYBOOK", "KernelOutcome", "KernelStatus", "KernelUpdateOptions", "KernelUpdateResult",
-           "kernel_update", "plan_fleet"]
+__all__ = ["JOURNAL_PATH", "PLAYBOOK", "KernelChange", "KernelOutcome", "KernelStatus", "KernelUpdateHooks",
+           "KernelUpdateOptions", "KernelUpdateResult", "kernel_update", "plan_fleet"]
 
 PLAYBOOK = "playbooks/kernel_update.yml"
 JOURNAL_PATH = "/var/lib/gpufleet/kernel-update/journal.json"
@@ -55,6 +54,15 @@ class KernelStatus(StrEnum):
     LEFT_ALONE = "left-alone"
     NOT_STARTED = "not-started"
     PLANNED = "planned"
+
+    @classmethod
+    def of(cls, verdict: Verdict) -> KernelStatus:
+        return _STATUS[verdict]
+
+
+_STATUS = {Verdict.DONE: KernelStatus.MOVED, Verdict.PENDING: KernelStatus.STAGED, Verdict.FAILED: KernelStatus.FAILED,
+           Verdict.UNCHANGED: KernelStatus.CURRENT, Verdict.LEFT_ALONE: KernelStatus.LEFT_ALONE,
+           Verdict.NOT_STARTED: KernelStatus.NOT_STARTED, Verdict.PLANNED: KernelStatus.PLANNED}
 
 
 @dataclass(frozen=True)
@@ -76,11 +84,13 @@ class KernelUpdateOptions:
     def batch_timeout(self) -> int:
         return self.playbook_timeout or 2 * self.reboot_timeout + 1200
 
+    def rollout(self) -> RolloutSettings:
+        return RolloutSettings(self.batch, self.max_failures, self.dry_run, self.state_dir, self.lock_ttl_s,
+                               self.batch_timeout)
+
     def validate(self) -> KernelUpdateOptions:
-        if self.batch < 1:
-            raise KernelUpdateError(f"--batch {self.batch} must be at least 1")
-        if self.max_failures < 1:
-            raise KernelUpdateError(f"--max-failures {self.max_failures} must be at least 1")
+        if (bad := self.rollout().problem("kernel_update")) is not None:
+            raise KernelUpdateError(bad)
         if self.reboot_timeout < 1:
             raise KernelUpdateError(f"--reboot-timeout {self.reboot_timeout} must be a positive number of seconds")
         if self.module_source not in MODULE_SOURCES:
@@ -89,8 +99,6 @@ class KernelUpdateOptions:
             )
         if self.kernel is not None and not self.kernel.strip():
             raise KernelUpdateError("--kernel is empty: pass a release such as 6.5.0-1025-azure, or leave it out")
-        if (bad := check_ttl(self.lock_ttl_s, "kernel_update.lock_ttl_s")) is not None:
-            raise KernelUpdateError(bad)
         return self
 
 
@@ -108,40 +116,6 @@ class KernelOutcome:
     @property
     def ok(self) -> bool:
         return self.status in (KernelStatus.MOVED, KernelStatus.CURRENT)
-
-
-@dataclass(frozen=True)
-class KernelUpdateResult:
-    fleet: str
-    run_id: str
-    options: KernelUpdateOptions
-    before: AuditResult
-    plan: tuple[KernelPlan, ...]
-    outcomes: tuple[KernelOutcome, ...]
-    after: AuditResult | None
-    stopped: str | None
-    lock: LockInfo | None = None
-    seconds: float = 0.0
-    leases: HostLeases | None = None
-
-    def outcome(self, host: str) -> KernelOutcome:
-        return rolling_outcome(self.outcomes, host)
-
-    @property
-    def failed(self) -> list[KernelOutcome]:
-        return [o for o in self.outcomes if o.status is KernelStatus.FAILED]
-
-    @property
-    def exit_code(self) -> int:
-        """0: every host moved or current (or --check / not confirmed); 1: a host did not move."""
-        return rolling_exit_code(self.outcomes, self.stopped)
-
-
-@dataclass
-class KernelUpdateHooks:
-    before_batch: Callable[[list[str]], None] | None = None
-    after_batch: Callable[[list[str], list[KernelOutcome]], None] | None = None
-    extra: dict[str, Any] = field(default_factory=dict)
 
 
 def _offers(
@@ -198,18 +172,6 @@ def _settings(options: KernelUpdateOptions, run_id: str) -> dict[str, Any]:
     }
 
 
-def _read_journals(hosts: Sequence[Host], options: AuditOptions) -> dict[str, Journal | None]:
-    runs = fan_out(hosts, f"cat {JOURNAL_PATH} 2>/dev/null || true", concurrency=options.concurrency,
-                   connect_timeout=options.connect_timeout, timeout=30)
-    out: dict[str, Journal | None] = {}
-    for name, run in runs.runs.items():
-        try:
-            out[name] = journal_from_dict(json.loads(run.stdout)) if run.status is Status.OK and run.stdout else None
-        except ValueError:
-            out[name] = None
-    return out
-
-
 def _gate2(plan: KernelPlan, after: HostAudit) -> tuple[bool, str]:
     facts = after.facts
     if facts is None:
@@ -223,29 +185,70 @@ def _gate2(plan: KernelPlan, after: HostAudit) -> tuple[bool, str]:
     return True, f"running {plan.target_kernel}, NVML ok, driver {facts.nvml.driver_version}"
 
 
-def _apply(batch: Sequence[KernelPlan], inventory: str | Path, settings: dict[str, Any], timeout: int) -> _Applied:
-    extravars = dict(settings)
-    extravars["gpu_kernel_update_operation"] = "update"
-    extravars["gpu_kernel_update_planned"] = {p.host: p.target_kernel for p in batch}
-    extravars["gpu_kernel_update_plans"] = {p.host: p.to_dict() for p in batch}
-    extravars["kernel_update_batch"] = max(1, len(batch))
-    extravars["kernel_update_max_fail_percentage"] = 100  # the flow counts failures itself
-    try:
-        result = run_playbook(PLAYBOOK, inventory, limit=[p.host for p in batch], extravars=extravars,
-                              job_timeout=timeout)
-    except KeyboardInterrupt:
-        return _Applied({}, {p.host: "interrupted (Ctrl-C) while the batch was being applied" for p in batch},
-                        interrupted=True)
-    except Exception as exc:  # a timeout, a crashed runner: a failure of these hosts
-        why = str(exc) if isinstance(exc, RunnerError) else f"{type(exc).__name__}: {exc}"
-        return _Applied({}, {p.host: f"the playbook did not finish: {why}" for p in batch})
-    return _Applied({p.host: result for p in batch}, {})
-
-
 def undo_hosts(hosts: Sequence[str], inventory: str | Path, settings: Mapping[str, Any]) -> PlaybookResult:
     extravars = dict(settings)
     extravars["gpu_kernel_update_operation"] = "undo"
     return run_playbook(PLAYBOOK, inventory, limit=list(hosts), extravars=extravars, job_timeout=1200)
+
+
+KernelUpdateResult = Rollout[KernelUpdateOptions, KernelPlan, KernelOutcome]
+KernelUpdateHooks = RolloutHooks[KernelOutcome]
+
+
+class KernelChange:
+    """The kernel update as a change the rollout engine drives."""
+
+    kind = ChangeKind.KERNEL_UPDATE
+    journal_path = JOURNAL_PATH
+    playbook = PLAYBOOK
+    role = "gpu_kernel_update"
+
+    def __init__(self, options: KernelUpdateOptions, inventory: str | Path, audit_options: AuditOptions) -> None:
+        self.options = options
+        self.inventory = inventory
+        self.audit_options = audit_options
+
+    def plan(self, before: AuditResult, hosts: Sequence[Host], cordon: Mapping[str, str | None],
+             blocks: Mapping[str, str], run_id: str) -> tuple[KernelPlan, ...]:
+        return plan_fleet(before, hosts, self.options, self.audit_options, cordon, blocks)
+
+    def host_of(self, item: KernelPlan) -> str:
+        return item.host
+
+    def changes(self, item: KernelPlan) -> bool:
+        return item.changes_host
+
+    def unchanged(self, item: KernelPlan) -> Verdict:
+        return Verdict.UNCHANGED if item.action == "none" else Verdict.LEFT_ALONE
+
+    def reason(self, item: KernelPlan) -> str:
+        return item.blocked or item.reason
+
+    def apply(self, batch: Sequence[KernelPlan], run_id: str) -> Applied:
+        extravars = _settings(self.options, run_id)
+        extravars["gpu_kernel_update_operation"] = "update"
+        extravars["gpu_kernel_update_planned"] = {p.host: p.target_kernel for p in batch}
+        extravars["gpu_kernel_update_plans"] = {p.host: p.to_dict() for p in batch}
+        extravars["kernel_update_batch"] = max(1, len(batch))
+        extravars["kernel_update_max_fail_percentage"] = 100  # the engine counts failures itself
+        result = run_playbook(PLAYBOOK, self.inventory, limit=[p.host for p in batch], extravars=extravars,
+                              job_timeout=self.options.batch_timeout)
+        return Applied({p.host: result for p in batch})
+
+    def judge(self, item: KernelPlan, after: HostAudit, journal: Journal | None) -> tuple[Verdict, str, str]:
+        if not self.options.allow_reboot:
+            return Verdict.PENDING, "", (
+                f"{item.target_kernel} installed, gate 1 passed, held; the host still boots {item.booted_kernel} "
+                "(pass --allow-reboot to move it)")
+        ok, why = _gate2(item, after)
+        return (Verdict.DONE, "", why) if ok else (Verdict.FAILED, f"gate 2: {why}", why)
+
+    def undo(self, hosts: Sequence[str], run_id: str) -> PlaybookResult:
+        return undo_hosts(hosts, self.inventory, _settings(self.options, run_id))
+
+    def outcome(self, o: Outcome[KernelPlan]) -> KernelOutcome:
+        return KernelOutcome(o.host, o.item, KernelStatus.of(o.verdict), o.where, o.detail, o.changed, o.undone,
+                             o.undo_error)
 
 
 def kernel_update(
@@ -262,116 +265,6 @@ def kernel_update(
 ) -> KernelUpdateResult:
     """Update ``hosts`` (see the module docstring)."""
     options = options.validate()
-    hooks = hooks or KernelUpdateHooks()
-    t0 = time.monotonic()
-    run_id = new_run_id()
-    before = run_audit(hosts, audit_options, fleet=fleet, inventory=str(inventory))
-    probed = [h for h in hosts if before.host(h.name).probed]
-    cordon = _cordon_markers(probed, audit_options)
-    blocks = journal_blocks(probed, audit_options, inventory, path=JOURNAL_PATH, playbook=PLAYBOOK,
-                            role="gpu_kernel_update")
-    plan = plan_fleet(before, hosts, options, audit_options, cordon, blocks)
-    if show_plan is not None:
-        show_plan(plan)
-    to_change = [p for p in plan if p.changes_host]
-
-    def _still(p: KernelPlan) -> KernelStatus:
-        if p.action == "none":
-            return KernelStatus.CURRENT
-        return KernelStatus.LEFT_ALONE
-
-    def _outcomes(status: KernelStatus) -> tuple[KernelOutcome, ...]:
-        return tuple(KernelOutcome(p.host, p, status if p.changes_host else _still(p), detail=p.blocked or p.reason)
-                     for p in plan)
-
-    def _done(outcomes: tuple[KernelOutcome, ...], after: AuditResult | None, stopped: str | None,
-              lock: LockInfo | None = None, leases: HostLeases | None = None) -> KernelUpdateResult:
-        return KernelUpdateResult(fleet, run_id, options, before, plan, outcomes, after, stopped, lock,
-                                  time.monotonic() - t0, leases)
-
-    if not to_change:
-        return _done(_outcomes(KernelStatus.PLANNED), None, "nothing to do")
-    if options.dry_run:
-        return _done(_outcomes(KernelStatus.PLANNED), None, "dry-run")
-    if confirm is not None and not confirm(plan):
-        return _done(_outcomes(KernelStatus.PLANNED), None, "declined")
-
-    by_name = {h.name: h for h in hosts}
-    settings = _settings(options, run_id)
-    results: dict[str, KernelOutcome] = {
-        p.host: KernelOutcome(p.host, p, _still(p), detail=p.blocked or p.reason) for p in plan if not p.changes_host
-    }
-    failures: list[str] = []
-    stopped: str | None = None
-    planned = [p.host for p in to_change]
-    with (
-        fleet_lock(options.state_dir, fleet, planned, ttl_s=options.lock_ttl_s) as lock,
-        host_leases(
-            lease_hosts if lease_hosts is not None else hosts, run_id=run_id, fleet=fleet, planned=planned,
-            ttl_s=options.lock_ttl_s, connect_timeout=audit_options.connect_timeout,
-            concurrency=audit_options.concurrency,
-        ) as leases,
-    ):
-        for p in to_change:
-            if p.host in leases.unreachable:
-                results[p.host] = KernelOutcome(p.host, p, KernelStatus.LEFT_ALONE, where="not leased", detail=UNLEASED)
-        leased = [p for p in to_change if p.host not in leases.unreachable]
-        batches = [leased[i : i + options.batch] for i in range(0, len(leased), options.batch)]
-        for batch in batches:
-            names = [p.host for p in batch]
-            if stopped is not None:
-                for p in batch:
-                    results[p.host] = KernelOutcome(p.host, p, KernelStatus.NOT_STARTED, where=stopped,
-                                                    detail="not touched: the run stopped before this batch")
-                continue
-            if hooks.before_batch is not None:
-                hooks.before_batch(names)
-            leases.renew()
-            applied = _apply(batch, inventory, settings, options.batch_timeout)
-            gate = run_audit([by_name[n] for n in names], audit_options, fleet=fleet, inventory=str(inventory))
-            journals = _read_journals([by_name[n] for n in names], audit_options)
-            batch_out: list[KernelOutcome] = []
-            for p in batch:
-                journal = journals.get(p.host)
-                mine = journal is not None and journal.run_id == run_id
-                changed = tuple(c.describe() for c in journal.changes) if mine and journal else ()
-                undone = journal.undone if mine and journal else ()
-                failure = _apply_failure(applied, p.host)
-                if failure is None and not options.allow_reboot:
-                    batch_out.append(KernelOutcome(p.host, p, KernelStatus.STAGED, detail=(
-                        f"{p.target_kernel} installed, gate 1 passed, held; the host still boots {p.booted_kernel} "
-                        "(pass --allow-reboot to move it)"), changed=changed))
-                    continue
-                if failure is None:
-                    ok, why = _gate2(p, gate.host(p.host))
-                    if ok:
-                        batch_out.append(KernelOutcome(p.host, p, KernelStatus.MOVED, detail=why, changed=changed))
-                        continue
-                    failure = (f"gate 2: {why}", why)
-                    if mine and journal is not None and journal.status != "undone":
-                        undo = undo_hosts([p.host], inventory, settings)
-                        state = undo.hosts.get(p.host)
-                        after_j = _read_journals([by_name[p.host]], audit_options).get(p.host)
-                        undone = after_j.undone if after_j is not None and after_j.run_id == run_id else ()
-                        if state is None or state.state in (HostState.FAILED, HostState.UNREACHABLE):
-                            batch_out.append(KernelOutcome(p.host, p, KernelStatus.FAILED, failure[0], failure[1],
-                                                           changed, undone, "undo failed: " + (
-                                                               "; ".join(state.failures) if state else "no result")))
-                            continue
-                batch_out.append(KernelOutcome(p.host, p, KernelStatus.FAILED, where=failure[0], detail=failure[1],
-                                               changed=changed, undone=undone))
-            failed_here = [o for o in batch_out if o.status is KernelStatus.FAILED]
-            if failed_here:
-                failures.extend(o.host for o in failed_here)
-                if applied.interrupted:
-                    stopped = f"interrupted (Ctrl-C) during the batch {', '.join(names)}"
-                elif len(failures) >= options.max_failures:
-                    stopped = (f"stopped after {len(failures)} failed host(s) (--max-failures {options.max_failures}):"
-                               f" {failed_here[0].host} at {failed_here[0].where}")
-            for o in batch_out:
-                results[o.host] = o
-            if hooks.after_batch is not None:
-                hooks.after_batch(names, batch_out)
-    touched = [h for h in hosts if results[h.name].status is not KernelStatus.NOT_STARTED]
-    after = run_audit(touched, audit_options, fleet=fleet, inventory=str(inventory)) if touched else None
-    return _done(tuple(results[p.host] for p in plan), after, stopped, lock, leases)
+    return run_rollout(KernelChange(options, inventory, audit_options), hosts, inventory, audit_options,
+                       options.rollout(), options, fleet=fleet, confirm=confirm, show_plan=show_plan, hooks=hooks,
+                       lease_hosts=lease_hosts)

@@ -9,6 +9,8 @@ from rich.markup import escape
 from rich.table import Table
 from rich.text import Text
 
+from remediation.rollout.engine import StopReason
+
 if TYPE_CHECKING:
     from remediation.harden import HardenPlan, HardenResult
     from remediation.runner import PlaybookResult
@@ -46,11 +48,11 @@ def print_harden_plan(console: Console, plan: HardenPlan, preview: PlaybookResul
 
 
 def print_harden_result(console: Console, result: HardenResult) -> None:
-    if result.stopped == "nothing to do":
+    if result.stopped is StopReason.NOTHING_TO_DO:
         console.print("harden: every reachable host is already compliant; nothing ran")
-    elif result.stopped == "check":
+    elif result.stopped is StopReason.PREVIEW:
         console.print(f"harden --check: {len(result.plan.to_change)} host(s) would change; nothing was changed")
-    elif result.stopped == "declined":
+    elif result.stopped is StopReason.DECLINED:
         console.print("harden: not confirmed; nothing was changed")
     if result.applied is not None and result.stopped is None:
         a = result.applied
@@ -64,7 +66,7 @@ def print_harden_result(console: Console, result: HardenResult) -> None:
                 console.print(f"  {host}: {failure}", markup=False)
     for h in result.plan.blocked:
         console.print(f"left alone: {h.host}: {h.blocked}", markup=False)
-    if result.stopped in (None, "nothing to do"):
+    if result.stopped in (None, StopReason.NOTHING_TO_DO):
         bad = result.not_converged
         console.print(Text("converged: every host hardened") if not bad
                       else Text(f"not converged: {', '.join(bad)}", style="red"))

@@ -13,6 +13,7 @@ from rich.table import Table
 from rich.text import Text
 
 from remediation.report.markdown import code, fence, inline
+from remediation.report.rollout_view import after_of, outcome_lines, print_outcomes, report_header
 
 if TYPE_CHECKING:
     from remediation.audit import HostAudit
@@ -56,58 +57,22 @@ def _state(h: HostAudit | None) -> str:
                                                    else f"NVML {n.error_class}")
 
 
-def _after(result: KernelUpdateResult, host: str) -> HostAudit | None:
-    if result.after is None or host not in {h.host for h in result.after.hosts}:
-        return None
-    return result.after.host(host)
-
-
 def print_kernel_result(console: Console, result: KernelUpdateResult) -> None:
-    if result.stopped in ("dry-run", "declined", "nothing to do"):
-        what = {"dry-run": "--check: nothing was changed", "declined": "not confirmed: nothing was changed",
-                "nothing to do": "no host has a kernel to move to; nothing ran"}[result.stopped]
-        console.print(f"kernel-update: {what}")
-    table = Table(title=f"kernel-update {result.run_id}: before / after")
-    for col in ("host", "status", "before", "after", "detail"):
-        table.add_column(col)
-    for o in result.outcomes:
-        detail = (f"{o.where}: " if o.where else "") + o.detail
-        if o.undone:
-            detail += " | undone: " + "; ".join(o.undone)
-        if o.undo_error:
-            detail += " | " + o.undo_error
-        table.add_row(Text(o.host), o.status.value, Text(_state(result.before.host(o.host))),
-                      Text(_state(_after(result, o.host))), Text(detail))  # host text: never markup
-    console.print(table)
-    if result.stopped and result.stopped not in ("dry-run", "declined", "nothing to do"):
-        console.print(Text(result.stopped, style="red"))
-    console.print("moved" if result.exit_code == 0 else "[red]not every host moved: see the table[/red]")
+    print_outcomes(console, result, _state, ok="moved", not_ok="not every host moved: see the table")
 
 
 def _resolution(o: KernelOutcome) -> list[str]:
-    lines = [f"Plan: {inline(o.plan.reason)}", "", fence(plan_lines(o.plan)), ""]
-    lines.append(f"Outcome: **{o.status.value}**" + (f" at {inline(o.where)}" if o.where else "")
-                 + (f": {inline(o.detail)}" if o.detail else ""))
-    lines.append("")
-    if o.changed:
-        lines += ["What this run did on the host (its journal):", "", fence(list(o.changed)), ""]
-    if o.undone:
-        lines += ["Undone after the failure:", "", fence(list(o.undone)), ""]
-    if o.undo_error:
-        lines += [f"Undo: {inline(o.undo_error)}", ""]
-    return lines
+    return [f"Plan: {inline(o.plan.reason)}", "", fence(plan_lines(o.plan)), "", *outcome_lines(o, o.status.value)]
 
 
 def render_kernel_report(result: KernelUpdateResult) -> str:
     """Markdown: one section per host the run acted on or left alone, five sections each."""
-    out = [f"# Kernel update {code(result.run_id)} on fleet {code(result.fleet)}", ""]
-    if result.stopped:
-        out += [f"Run: {inline(result.stopped)}", ""]
+    out = report_header(result, "Kernel update")
     for o in result.outcomes:
         if o.status.value == "current":
             continue
         before = result.before.host(o.host)
-        after = _after(result, o.host)
+        after = after_of(result, o.host)
         p = o.plan
         title = {"moved": "kernel moved", "staged": "kernel staged, not booted", "failed": "kernel update failed",
                  "left-alone": "left alone", "not-started": "not started", "planned": "planned"}[o.status.value]

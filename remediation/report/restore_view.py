@@ -17,7 +17,7 @@ from rich.text import Text
 from remediation import catalog
 from remediation.checks.history import last_change_of, who
 from remediation.report.markdown import code, fence, inline
-from remediation.restore.lock import describe_lease
+from remediation.report.rollout_view import outcome_lines, print_outcomes, report_header
 
 if TYPE_CHECKING:
     from remediation.audit import HostAudit
@@ -57,28 +57,7 @@ def _nvml(h: HostAudit | None) -> str:
 
 
 def print_restore_result(console: Console, result: RestoreResult) -> None:
-    if result.stopped in ("dry-run", "declined", "nothing to do"):
-        what = {"dry-run": "--dry-run: nothing was changed", "declined": "not confirmed: nothing was changed",
-                "nothing to do": "no host needs a driver restore; nothing ran"}[result.stopped]
-        console.print(f"driver-restore: {what}")
-    table = Table(title=f"driver-restore {result.run_id}: before / after")
-    for col in ("host", "status", "before", "after", "detail"):
-        table.add_column(col)
-    for o in result.outcomes:
-        after = result.after.host(o.host) if result.after and o.host in {h.host for h in result.after.hosts} else None
-        detail = (f"{o.where}: " if o.where else "") + o.detail
-        if o.undone:
-            detail += " | undone: " + "; ".join(o.undone)
-        if o.undo_error:
-            detail += " | " + o.undo_error
-        table.add_row(Text(o.host), o.status.value, Text(_nvml(result.before.host(o.host))), Text(_nvml(after)),
-                      Text(detail))  # host text: never markup
-    console.print(table)
-    if result.stopped and result.stopped not in ("dry-run", "declined", "nothing to do"):
-        console.print(Text(result.stopped, style="red"))
-    for line in _lease_lines(result):
-        console.print(line, markup=False)
-    console.print("restored" if result.exit_code == 0 else "[red]not restored: see the table[/red]")
+    print_outcomes(console, result, _nvml, ok="restored", not_ok="not restored: see the table")
 
 
 def _root_cause(h: HostAudit) -> list[str]:
@@ -97,43 +76,17 @@ def _root_cause(h: HostAudit) -> list[str]:
     return out
 
 
-def _section_resolution(o: HostOutcome, result: RestoreResult) -> list[str]:
+def _section_resolution(o: HostOutcome) -> list[str]:
     d = o.decision
-    lines = [f"Action: {code(d.action.value)}: {inline(d.reason)}", ""]
-    lines.append(f"Outcome: **{o.status.value}**" + (f" at {inline(o.where)}" if o.where else "") +
-                 (f": {inline(o.detail)}" if o.detail else ""))
-    lines.append("")
-    if o.changed:
-        lines += ["What this run did on the host (its journal):", "", fence(list(o.changed)), ""]
-    elif d.changes_host:
-        lines += ["Planned steps:", "", fence(list(d.steps)), ""]
-    if o.undone:
-        lines += ["Undone after the failure:", "", fence(list(o.undone)), ""]
-    if o.undo_error:
-        lines += [f"Undo: {inline(o.undo_error)}", ""]
-    return lines
-
-
-def _lease_lines(result: RestoreResult) -> list[str]:
-    leases = result.leases
-    if leases is None:
-        return []
-    out = [f"restore lease held on {len(leases.held)} host(s) of the fleet while the run changed hosts"]
-    if leases.unreachable:
-        out.append(f"not leased (unreachable): {', '.join(leases.unreachable)}")
-    for host, stale in sorted(leases.took_over.items()):
-        out.append(f"{host}: took over the expired lease of {describe_lease(stale)}")
-    return out
+    outcome = outcome_lines(o, o.status.value)
+    if not o.changed and d.changes_host:  # nothing recorded: what was planned, after the outcome line
+        outcome[2:2] = ["Planned steps:", "", fence(list(d.steps)), ""]
+    return [f"Action: {code(d.action.value)}: {inline(d.reason)}", "", *outcome]
 
 
 def render_restore_report(result: RestoreResult) -> str:
     """Markdown: one incident per host the run acted on or left broken, five sections each."""
-    out = [f"# Driver restore {code(result.run_id)} on fleet {code(result.fleet)}", ""]
-    if result.stopped:
-        out += [f"Run: {inline(result.stopped)}", ""]
-    out += [f"- {inline(line)}" for line in _lease_lines(result)]
-    if result.leases is not None:
-        out.append("")
+    out = report_header(result, "Driver restore")
     for o in result.outcomes:
         before = result.before.host(o.host)
         if o.status.value == "healthy":
@@ -159,7 +112,7 @@ def render_restore_report(result: RestoreResult) -> str:
         if entry:
             out += [entry.runbook.root_cause, ""]
         out += ["### Resolution", ""]
-        out += _section_resolution(o, result)
+        out += _section_resolution(o)
         out += [f"After: {inline(_nvml(after))}", ""]
         out += ["### Prevention", ""]
         held = sorted(after.facts.packages.held) if after is not None and after.facts is not None else []

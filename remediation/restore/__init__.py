@@ -2,6 +2,6 @@
 
 Public API: :func:`remediation.restore.flow.driver_restore` (the flow), :func:`remediation.restore.rules.decide`
 (the per-host rules, also used by the role's filter), :class:`remediation.restore.methods.RestoreMethod`,
-:func:`remediation.restore.lock.fleet_lock` and :func:`remediation.restore.journal.undo_steps`. The task itself is
+:func:`remediation.rollout.lock.fleet_lock` and :func:`remediation.rollout.journal.undo_steps`. The task itself is
 ``commands/driver.py``.
 """

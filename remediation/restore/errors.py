@@ -2,17 +2,11 @@
 
 from __future__ import annotations
 
-from remediation.errors import RemediationError
+from remediation.rollout.errors import RolloutError
 
 
-class RestoreError(RemediationError):
+class RestoreError(RolloutError):
     """``invoke driver-restore`` cannot run as asked (nothing has been changed when this is raised)."""
-
-
-class LockHeldError(RestoreError):
-    """Another driver restore holds the fleet's lock."""
-
-    exit_code = 4
 
 
 class MethodUnavailableError(RestoreError):

@@ -17,10 +17,10 @@ from pathlib import Path
 from typing import Any
 
 from remediation.audit import HostAudit
+from remediation.rollout.journal import Journal
 from remediation.runner import PlaybookResult, run_playbook
 
 from .errors import RestoreError
-from .journal import Journal
 from .rules import METHOD_NAMES, Decision, Prefer, decide, resolve_method
 
 __all__ = ["METHODS", "AptMethod", "AzureExtensionMethod", "GateResult", "RestoreMethod", "method_for"]

@@ -57,6 +57,7 @@ from remediation.kernelflavour import (
     is_branch,
     signed_module_package,
 )
+from remediation.rollout.cordon import CORDON_MARKER
 
 __all__ = [
     "CHANGING",
@@ -94,7 +95,6 @@ def resolve_method(requested: str, host_vars: Mapping[str, Any]) -> str:
 
 
 HARDWARE_ADVICE = "not a driver problem: redeploy the VM (az vm redeploy) or open a support case; nothing changed"
-CORDON_MARKER = "/etc/gpufleet/cordoned"
 #: Where a rebuilt module comes from: ``auto`` (signed under Secure Boot, else DKMS), ``dkms``, ``signed``.
 MODULE_SOURCES = ("auto", "dkms", "signed")
 

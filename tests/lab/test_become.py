@@ -21,13 +21,13 @@ from remediation.fanout import Status
 from remediation.inventory import load
 from remediation.restore.errors import RestoreError
 from remediation.restore.flow import HostStatus, RestoreOptions, driver_restore
-from remediation.restore.lock import host_leases
 from remediation.restore.rules import Action
+from remediation.rollout.lock import host_leases
 from tests.conftest import make_lab, require_lab, ssh
 
 pytestmark = pytest.mark.lab
 AUDIT = AuditOptions(nvml_timeout=5, timeout=30)
-LEASE = "/var/lib/gpufleet/restore.lease"
+LEASE = "/var/lib/gpufleet/rollout.lease"
 PW_LINE = (
     "gpu-2: sudo asks for a password for pwuser (sudo -n); give pwuser passwordless sudo (NOPASSWD) for python3,"
     " or log in as root"
@@ -132,7 +132,7 @@ def test_a_lease_refused_by_sudo_or_permissions_is_named_not_unreachable(fleet: 
     fleet.host_path("gpu-1", LEASE).parent.mkdir(parents=True, exist_ok=True)
     with pytest.raises(RestoreError) as pw, host_leases(load(inv, "gpu", "gpu-2"), run_id="r", fleet="gpu"):
         pass
-    assert str(pw.value) == f"could not take the restore lease on host gpu-2: {PW_LINE}"
+    assert str(pw.value) == f"could not take the rollout lease on host gpu-2: {PW_LINE}"
     with pytest.raises(RestoreError) as plain, host_leases(load(inv, "gpu", "gpu-1"), run_id="r", fleet="gpu"):
         pass
     assert "gpu-1" in str(plain.value) and "Permission denied" in str(plain.value)

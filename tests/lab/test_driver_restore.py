@@ -19,10 +19,10 @@ from remediation.audit import AuditOptions, run_audit
 from remediation.findings import Severity
 from remediation.inventory import load
 from remediation.report.restore_view import render_restore_report
-from remediation.restore.errors import LockHeldError
 from remediation.restore.flow import HostStatus, RestoreOptions, driver_restore, undo_run
-from remediation.restore.lock import fleet_lock
 from remediation.restore.rules import Action
+from remediation.rollout.errors import LockHeldError
+from remediation.rollout.lock import fleet_lock
 from tests.conftest import make_lab, require_lab, ssh
 
 pytestmark = pytest.mark.lab
@@ -130,7 +130,7 @@ def test_second_restore_is_refused(fleet: Any, tmp_path: Path) -> None:
     before = _state(fleet, "gpu-3")
     with (
         fleet_lock(tmp_path, "gpu", ["gpu-9"]),
-        pytest.raises(LockHeldError, match="another driver restore holds fleet 'gpu': pid"),
+        pytest.raises(LockHeldError, match="another driver-restore holds fleet 'gpu': pid"),
     ):
         _restore(fleet, "gpu-3", tmp_path)
     assert _state(fleet, "gpu-3") == before
@@ -148,7 +148,7 @@ def _failing_run(lab: Any, host: str, tmp: Path, **kw: Any) -> tuple[Any, dict[s
     assert result.exit_code == 1
     o = result.outcome(host)
     assert o.status is HostStatus.FAILED
-    assert result.stopped and host in result.stopped and o.where in result.stopped
+    assert result.stop_detail and host in result.stop_detail and o.where in result.stop_detail
     _untouched(lab, g3, g3_boot, result)
     return result, before, crit
 

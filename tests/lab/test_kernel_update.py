@@ -79,7 +79,7 @@ def generic(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Any, dic
 def test_check_prints_the_plan_and_changes_nothing(generic: tuple[Any, dict[str, Any]]) -> None:
     _lab, runs = generic
     check = runs["check"]
-    assert check.stopped == "dry-run" and check.exit_code == 0
+    assert check.stopped == "preview" and check.exit_code == 0
     for plan in check.plan:
         assert plan.changes_host and plan.flavour == "generic" and plan.secure_boot is False
         assert (plan.booted_kernel, plan.target_kernel, plan.module_source) == (GENERIC_OLD, GENERIC_NEW, "dkms")

@@ -83,7 +83,7 @@ def test_batches_of_two_and_two_allowed_failures(fleet: Any, broken: list[str], 
         assert o.status is HostStatus.FAILED and "DKMS did not build" in o.detail, o
         assert any("linux-headers-6.5.0-45-generic" in u for u in o.undone), o
         assert "linux-headers-6.5.0-45-generic" not in _packages(fleet, host)
-    assert result.stopped is not None and "stopped after 2 failed host(s) (--max-failures 2)" in result.stopped
+    assert result.stopped is not None and "stopped after 2 failed host(s) (--max-failures 2)" in result.stop_detail
     assert result.exit_code == 1
 
 

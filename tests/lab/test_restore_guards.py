@@ -25,15 +25,15 @@ import yaml
 from lab.faults import inject
 from remediation.audit import AuditOptions
 from remediation.inventory import load
-from remediation.restore.errors import LockHeldError
 from remediation.restore.flow import HostStatus, RestoreOptions, driver_restore
-from remediation.restore.lock import host_leases
 from remediation.restore.rules import Action
+from remediation.rollout.errors import LockHeldError
+from remediation.rollout.lock import host_leases
 from tests.conftest import ROOT, make_lab, require_lab, ssh
 
 pytestmark = pytest.mark.lab
 AUDIT = AuditOptions(nvml_timeout=5, timeout=30)
-LEASE = "/var/lib/gpufleet/restore.lease"
+LEASE = "/var/lib/gpufleet/rollout.lease"
 
 
 @pytest.fixture(scope="module")
@@ -76,7 +76,7 @@ def _lease(lab: Any, host: str) -> dict[str, Any] | None:
 def _lease_op(lab: Any, host: str, op: str, **fields: Any) -> dict[str, Any]:
     """Run the host lease program on a host as another controller would (over SSH)."""
     payload = base64.b64encode(json.dumps({"op": op, **fields}).encode()).decode()
-    script = (ROOT / "remediation/restore/hostlease.py").read_text()
+    script = (ROOT / "remediation/rollout/hostlease.py").read_text()
     r = subprocess.run(
         ["ssh", "-F", str(lab.paths.ssh_config), host, "sudo -n python3 - " + shlex.quote(payload)],
         input=script, capture_output=True, text=True, timeout=60, check=False,
@@ -154,7 +154,7 @@ def test_method_auto_reads_the_inventory_and_an_unknown_method_changes_nothing(f
             _restore(inv, "gpu-2", tmp_path, method="auto")
         assert _dpkg(fleet, "gpu-2") == before
         plan = _restore(inv, "gpu-2", tmp_path, method="apt", dry_run=True)  # an explicit method wins
-        assert plan.stopped == "dry-run" and plan.outcome("gpu-2").decision.action is Action.REBUILD
+        assert plan.stopped == "preview" and plan.outcome("gpu-2").decision.action is Action.REBUILD
     finally:
         fleet.clear("gpu-2")
 
@@ -274,10 +274,10 @@ def test_cli_bad_input_no_terminal_check_and_lock_held(fleet: Any, tmp_path: Pat
             assert plan.returncode == 0, plan.stderr
             assert "gpu-2" in plan.stdout and "rebuild" in plan.stdout
         assert _lease_op(fleet, "gpu-5", "acquire", run_id="ctl-b-run", fleet="gpu", controller="ctl-b", user="bob",
-                         pid=7, ttl_s=600)["result"] == "acquired"
+                         pid=7, ttl_s=600, change="kernel-update")["result"] == "acquired"
         held = _cli(fleet, "--limit", "gpu-2", "--yes", "--allow-reboot", env=env)
         assert held.returncode == 4, held.stdout[-2000:] + held.stderr
-        assert "another driver restore holds host gpu-5: run ctl-b-run" in held.stderr
+        assert "another kernel-update holds host gpu-5: run ctl-b-run" in held.stderr
         assert _dpkg(fleet, "gpu-2") == before and fleet.boot_id("gpu-2") == boot
     finally:
         _lease_op(fleet, "gpu-5", "release", run_id="ctl-b-run")

@@ -28,8 +28,8 @@ from lab.faults import inject
 from remediation.audit import AuditOptions
 from remediation.inventory import load
 from remediation.restore.flow import HostStatus, RestoreOptions, driver_restore
-from remediation.restore.journal import JOURNAL_PATH, JOURNAL_SCHEMA
 from remediation.restore.rules import Action
+from remediation.rollout.journal import JOURNAL_PATH, JOURNAL_SCHEMA
 from tests.conftest import ROOT, make_lab, require_lab, ssh
 
 pytestmark = pytest.mark.lab
@@ -140,7 +140,7 @@ def test_a_running_journal_blocks_the_next_restore_and_its_undo_command_works(fl
         assert done.returncode == 0, done.stdout[-3000:]
         assert json.loads(fleet.host_path(host, JOURNAL_PATH).read_text())["status"] == "undone"
         plan = driver_restore(load(inv, "gpu", host), inv, AUDIT, RestoreOptions(dry_run=True, state_dir=tmp_path))
-        assert plan.stopped == "dry-run" and plan.outcome(host).decision.changes_host, plan.outcome(host)
+        assert plan.stopped == "preview" and plan.outcome(host).decision.changes_host, plan.outcome(host)
     finally:
         fleet.clear(host)
 

@@ -19,8 +19,9 @@ from remediation.kernelupdate.rules import KernelPlan
 from remediation.report.kernel_update_view import print_kernel_plan, print_kernel_result
 from remediation.report.restore_view import print_restore_plan, print_restore_result
 from remediation.restore.flow import HostOutcome, HostStatus, RestoreOptions, RestoreResult
-from remediation.restore.lock import HostLeases
 from remediation.restore.rules import Action, Decision
+from remediation.rollout.engine import ChangeKind, StopReason, Verdict
+from remediation.rollout.lock import HostLeases
 
 HOSTILE = (
     "maintenance by ops [/] see ticket [bold]x",
@@ -45,7 +46,8 @@ def _restore_result(text: str) -> RestoreResult:
                     undone=(text,), undo_error=f"undo failed: {text}"),
     )
     leases = HostLeases("run-1", held=["gpu-2"], unreachable=["gpu-1"], took_over={"gpu-2": {"run_id": text}})
-    return RestoreResult("gpu", "run-1", RestoreOptions(), before, (left, failed), outcomes, before,
+    return RestoreResult("gpu", "run-1", ChangeKind.DRIVER_RESTORE, RestoreOptions(), before, (left, failed), outcomes,
+                         {"gpu-1": Verdict.LEFT_ALONE, "gpu-2": Verdict.FAILED}, before, StopReason.MAX_FAILURES,
                          f"stopped after 1 failed host(s): gpu-2 at apply: {text}", leases=leases)
 
 
@@ -59,8 +61,9 @@ def _kernel_result(text: str) -> KernelUpdateResult:
         KernelOutcome("gpu-2", moving, KernelStatus.FAILED, where=f"gate: {text}", detail=text, undone=(text,),
                       undo_error=text),
     )
-    return KernelUpdateResult("gpu", "run-1", KernelUpdateOptions(), before, (left, moving), outcomes, before,
-                              f"stopped at gpu-2: {text}")
+    return KernelUpdateResult("gpu", "run-1", ChangeKind.KERNEL_UPDATE, KernelUpdateOptions(), before, (left, moving),
+                              outcomes, {"gpu-1": Verdict.LEFT_ALONE, "gpu-2": Verdict.FAILED}, before,
+                              StopReason.MAX_FAILURES, f"stopped at gpu-2: {text}")
 
 
 @pytest.mark.parametrize("text", HOSTILE)

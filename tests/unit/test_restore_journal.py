@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from remediation.restore.journal import JOURNAL_SCHEMA, journal_from_dict, undo_steps
+from remediation.rollout.journal import JOURNAL_SCHEMA, journal_from_dict, undo_steps
 
 AFTER = 'GRUB_DEFAULT="Advanced options for Ubuntu>Ubuntu, with Linux 6.5.0-44-generic"'
 

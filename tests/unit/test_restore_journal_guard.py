@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from remediation.restore.journal import FINISHED, JOURNAL_PATH, JOURNAL_SCHEMA, unfinished_journal
+from remediation.rollout.journal import FINISHED, JOURNAL_PATH, JOURNAL_SCHEMA, unfinished_journal
 
 ARGS = {"path": JOURNAL_PATH, "host": "gpu-2", "inventory": "inventories/lab/hosts.yml",
         "playbook": "playbooks/driver_restore.yml", "operation_var": "nvidia_driver_restore_operation",

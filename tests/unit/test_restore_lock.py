@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from remediation.restore.errors import LockHeldError
-from remediation.restore.lock import LockInfo, fleet_lock, lock_path, read_lock, stale_reason
+from remediation.rollout.errors import LockHeldError
+from remediation.rollout.lock import LockInfo, fleet_lock, lock_path, read_lock, stale_reason
 
 NOW = _dt.datetime(2024, 7, 15, 8, 0, tzinfo=_dt.UTC)
 

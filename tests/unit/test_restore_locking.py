@@ -14,9 +14,10 @@ from remediation.config import KernelUpdateSettings, RestoreSettings, load_secti
 from remediation.errors import UsageError
 from remediation.kernelupdate.errors import KernelUpdateError
 from remediation.kernelupdate.flow import KernelUpdateOptions
-from remediation.restore.errors import LockHeldError, RestoreError
+from remediation.restore.errors import RestoreError
 from remediation.restore.flow import RestoreOptions
-from remediation.restore.lock import LockInfo, fleet_lock, lock_path, read_lock
+from remediation.rollout.errors import LockHeldError
+from remediation.rollout.lock import LockInfo, fleet_lock, lock_path, read_lock
 
 TAKERS = 6
 ROUNDS = 40

@@ -1,13 +1,14 @@
-"""The restore lease on one GPU host: who is changing this host now, until when. Runs ON the host.
+"""The rollout lease on one GPU host: who is changing this host now, until when. Runs ON the host.
 
 Sent over SSH on stdin (``python3 - REQUEST``, REQUEST = base64 of a JSON object) by
-:func:`remediation.restore.lock.host_leases`; standard library only, Python 3.8 syntax, like the probe.
+:func:`remediation.rollout.lock.host_leases` and by the ``rollout_lease`` role (a playbook run directly); standard
+library only, Python 3.8 syntax, like the probe.
 
-The lease is ``/var/lib/gpufleet/restore.lease`` (JSON: run id, controller, user, pid, fleet, acquired and expiry
-times in the host's own clock). Every controller that restores this host reads and writes it under an exclusive
-``flock`` of ``/var/lib/gpufleet/restore.lease.guard``, so "is it free or stale? then it is mine" is one atomic step
-on the host, whichever controller, clone or ``ansible-playbook`` run asks. The new content is written to a temporary
-file and renamed over the lease, so a reader never sees half a lease.
+The lease is ``/var/lib/gpufleet/rollout.lease`` (JSON: change kind, run id, controller, user, pid, fleet, acquired
+and expiry times in the host's own clock). Every controller that changes this host (driver restore, kernel update)
+reads and writes it under an exclusive ``flock`` of ``/var/lib/gpufleet/rollout.lease.guard``, so "is it free or
+stale? then it is mine" is one atomic step on the host, whichever controller, clone or ``ansible-playbook`` run asks.
+The new content is written to a temporary file and renamed over the lease, so a reader never sees half a lease.
 
 Operations (``op`` in the request):
 - ``acquire``: free, or held by the same run, or expired -> ours (``acquired`` / ``renewed`` / ``took-over`` with
@@ -29,7 +30,7 @@ import time
 from typing import Any, Dict, List, Optional  # noqa: F401 - used in type comments (3.8)
 
 LEASE_DIR = "/var/lib/gpufleet"
-LEASE = LEASE_DIR + "/restore.lease"
+LEASE = LEASE_DIR + "/rollout.lease"
 GUARD = LEASE + ".guard"
 GUARD_WAIT_S = 20.0
 
@@ -54,7 +55,7 @@ def _expired(lease, now):
 
 def _write(lease):
     # type: (Dict[str, Any]) -> None
-    fd, tmp = tempfile.mkstemp(prefix=".restore.lease.", dir=LEASE_DIR)
+    fd, tmp = tempfile.mkstemp(prefix=".rollout.lease.", dir=LEASE_DIR)
     try:
         os.fchmod(fd, 0o644)
         with os.fdopen(fd, "w") as fh:
@@ -87,6 +88,7 @@ def handle(req):
         return {"result": "error", "error": "unknown op %r" % (op,)}
     mine = {
         "run_id": req["run_id"],
+        "change": req.get("change") or "",
         "fleet": req.get("fleet"),
         "controller": req.get("controller"),
         "user": req.get("user"),

@@ -1,19 +1,23 @@
-"""One driver restore per fleet at a time, whichever controller runs it: a local lock and leases on the hosts.
+"""One rolling change per fleet at a time, whichever controller runs it: a local lock and leases on the hosts.
 
-The local lock: ``<state dir>/locks/driver-restore-<fleet>.lock`` holds JSON: pid, controller host name, user,
-start time, the hosts asked for. A lock is *stale* when its pid is dead on this controller, or when it is older than
-the TTL (a crashed run). Taking, taking over and releasing the lock are each one step under an exclusive ``flock`` of
-``<lock>.guard``, a file that is never renamed or removed: "is it free or stale? then it is mine" reads the holder,
-judges it and writes the new one while no other taker can look, so two runs can never both believe they hold it.
-The content is written to a temporary file, fsynced and renamed over the lock, so a reader never sees half a
+A driver restore and a kernel update never run at once on one fleet or one host: both take the same lock and the
+same leases, and each records its change kind, so a refusal names what holds the fleet or the host.
+
+The local lock: ``<state dir>/locks/rollout-<fleet>.lock`` holds JSON: pid, controller host name, user, start time,
+the change kind, the hosts asked for. A lock is *stale* when its pid is dead on this controller, or when it is older
+than the TTL (a crashed run). Taking, taking over and releasing the lock are each one step under an exclusive
+``flock`` of ``<lock>.guard``, a file that is never renamed or removed: "is it free or stale? then it is mine" reads
+the holder, judges it and writes the new one while no other taker can look, so two runs can never both believe they
+hold it. The content is written to a temporary file, fsynced and renamed over the lock, so a reader never sees half a
 holder.
 
 The host leases (:func:`host_leases`): the local lock cannot see a second controller or a second clone, so every
-reachable host of the fleet also carries a lease (``/var/lib/gpufleet/restore.lease``, see
-:mod:`remediation.restore.hostlease`) with the run id, controller, user, pid and an expiry in the host's clock. A
+reachable host of the fleet also carries a lease (``/var/lib/gpufleet/rollout.lease``, see
+:mod:`remediation.rollout.hostlease`) with the run id, controller, user, pid and an expiry in the host's clock. A
 run takes every lease or none; a lease held by another run that has not expired refuses the run with exit 4 and
-names the holder; an expired one is taken over atomically on the host (under ``flock``). Leases are renewed at
-every batch and released at the end, whatever happened.
+names the holder; an expired one is taken over atomically on the host (under ``flock``). Leases are renewed before
+every batch (a lease another run holds by then is *lost*: the engine stops before the batch) and released at the
+end, whatever happened.
 """
 
 from __future__ import annotations
@@ -35,7 +39,7 @@ from typing import TYPE_CHECKING, Any
 
 from remediation.durable import write_atomic
 
-from .errors import LockHeldError, RestoreError
+from .errors import LockHeldError, RolloutError
 
 if TYPE_CHECKING:
     from remediation.inventory import Host
@@ -64,6 +68,7 @@ class LockInfo:
     started_at: _dt.datetime
     fleet: str
     hosts: tuple[str, ...] = ()
+    change: str = ""  # driver-restore | kernel-update
 
     def describe(self) -> str:
         return (
@@ -79,6 +84,7 @@ class LockInfo:
             "started_at": self.started_at.isoformat(),
             "fleet": self.fleet,
             "hosts": list(self.hosts),
+            "change": self.change,
         }
 
 
@@ -93,12 +99,13 @@ def lock_info_from_dict(d: dict[str, Any]) -> LockInfo:
         started_at=started,
         fleet=str(d.get("fleet", "?")),
         hosts=tuple(str(h) for h in d.get("hosts", ())),
+        change=str(d.get("change", "")),
     )
 
 
 def lock_path(state_dir: Path, fleet: str) -> Path:
     safe = "".join(ch if ch.isalnum() or ch in "-_." else "_" for ch in fleet)
-    return state_dir / "locks" / f"driver-restore-{safe}.lock"
+    return state_dir / "locks" / f"rollout-{safe}.lock"
 
 
 def read_lock(path: Path) -> LockInfo | None:
@@ -167,8 +174,8 @@ def _guarded(path: Path) -> Iterator[None]:
                 break
             except BlockingIOError:
                 if time.monotonic() >= deadline:
-                    raise RestoreError(
-                        f"could not take the restore lock {path}: its guard stayed busy for {GUARD_WAIT_S:.0f} s"
+                    raise RolloutError(
+                        f"could not take the rollout lock {path}: its guard stayed busy for {GUARD_WAIT_S:.0f} s"
                     ) from None
                 time.sleep(0.01)
         yield
@@ -189,10 +196,11 @@ def fleet_lock(
     *,
     ttl_s: float = DEFAULT_TTL_S,
     on_stale: Callable[[LockInfo, str], None] | None = None,
+    change: str = "",
 ) -> Iterator[LockInfo]:
-    """Hold the fleet's restore lock for the ``with`` block; ``LockHeldError`` naming the holder otherwise."""
+    """Hold the fleet's rollout lock for the ``with`` block; ``LockHeldError`` naming the holder otherwise."""
     if (bad := check_ttl(ttl_s, "lock_ttl_s")) is not None:
-        raise RestoreError(bad)
+        raise RolloutError(bad)
     path = lock_path(state_dir, fleet)
     path.parent.mkdir(parents=True, exist_ok=True)
     me = LockInfo(
@@ -202,6 +210,7 @@ def fleet_lock(
         started_at=_dt.datetime.now(_dt.UTC),
         fleet=fleet,
         hosts=tuple(hosts),
+        change=change,
     )
     stale: tuple[LockInfo, str] | None = None
     with _guarded(path):
@@ -210,7 +219,8 @@ def fleet_lock(
             why = stale_reason(holder, now=me.started_at, ttl_s=ttl_s, this_host=me.host)
             if why is None:
                 raise LockHeldError(
-                    f"another driver restore holds fleet {fleet!r}: {holder.describe()} (lock {path}); wait for it,"
+                    f"another {holder.change or 'rolling change'} holds fleet {fleet!r}: {holder.describe()}"
+                    f" (lock {path}); wait for it,"
                     " or remove the lock file if that run is gone"
                 )
             stale = (holder, why)
@@ -239,7 +249,10 @@ class HostLeases:
     held: list[str] = field(default_factory=list)
     unreachable: list[str] = field(default_factory=list)
     took_over: dict[str, dict[str, Any]] = field(default_factory=dict)  # host -> the expired lease replaced
-    renew: Callable[[], None] = field(default=lambda: None, repr=False)
+    # Renew every held lease; host -> why its lease is no longer this run's (another run holds it now). A host that
+    # does not answer the renewal keeps its lease until its expiry: it is not lost.
+    renew: Callable[[], dict[str, str]] = field(default=dict, repr=False)
+    lost: dict[str, str] = field(default_factory=dict)  # every lease found lost at a renewal
 
 
 def _lease_request(op: str, **fields: Any) -> str:
@@ -297,8 +310,9 @@ def host_leases(
     ttl_s: float = DEFAULT_TTL_S,
     connect_timeout: float = 10.0,
     concurrency: int = 32,
+    change: str = "",
 ) -> Iterator[HostLeases]:
-    """Hold the restore lease on every reachable host of ``hosts`` for the ``with`` block (all or none).
+    """Hold the rollout lease on every reachable host of ``hosts`` for the ``with`` block (all or none).
 
     Raises :class:`LockHeldError` (exit 4) naming a host and its holder when another run's lease has not expired;
     the leases this call took are released first. Unreachable hosts are listed, not leased: nobody can change them.
@@ -314,6 +328,7 @@ def host_leases(
         "pid": os.getpid(),
         "ttl_s": ttl_s,
         "hosts": list(planned),
+        "change": change,
     }
     by_name = {h.name: h for h in hosts}
     answers = _lease_answers(hosts, _lease_request("acquire", **me), connect_timeout, concurrency)
@@ -338,15 +353,28 @@ def host_leases(
         release()
         name, answer = refused[0]
         if answer.get("result") == "held":
+            other = (answer.get("holder") or {}).get("change") or "rolling change"
             raise LockHeldError(
-                f"another driver restore holds host {name}: {describe_lease(answer.get('holder') or {})}"
+                f"another {other} holds host {name}: {describe_lease(answer.get('holder') or {})}"
                 f"{f' (and {len(refused) - 1} more host(s))' if len(refused) > 1 else ''}; wait for it to finish or"
                 " its lease to expire"
             )
-        raise RestoreError(f"could not take the restore lease on host {name}: {answer.get('error', answer)}")
+        raise RolloutError(f"could not take the rollout lease on host {name}: {answer.get('error', answer)}")
 
-    def renew() -> None:
-        _lease_answers([by_name[n] for n in leases.held], _lease_request("acquire", **me), connect_timeout, concurrency)
+    def renew() -> dict[str, str]:
+        answers = _lease_answers(
+            [by_name[n] for n in leases.held], _lease_request("acquire", **me), connect_timeout, concurrency
+        )
+        lost: dict[str, str] = {}
+        for name, answer in sorted(answers.items()):
+            if answer is None or answer.get("result") in ("acquired", "renewed", "took-over"):
+                continue  # unreachable now: the lease stays until it expires; re-acquired: still ours
+            if answer.get("result") == "held":
+                lost[name] = f"its lease is held by {describe_lease(answer.get('holder') or {})}"
+            else:
+                lost[name] = f"its lease could not be renewed: {answer.get('error', answer)}"
+        leases.lost.update(lost)
+        return lost
 
     leases.renew = renew
     try:
