@@ -22,7 +22,8 @@ options:
   _terms:
     description:
       - Program names. C(gpuprobe) is the host probe (C(remediation/probe/gpuprobe.py)); C(gpumemlog) is the GPU
-        memory sampler (C(remediation/train/sampler.py)).
+        memory sampler (C(remediation/train/sampler.py)); C(rolloutlease) is the host lease program
+        (C(remediation/rollout/hostlease.py)).
     type: list
     elements: str
     required: true
@@ -57,6 +58,7 @@ from ansible.plugins.lookup import LookupBase  # noqa: E402
 PROGRAMS = {
     "gpuprobe": ("remediation.probe", "gpuprobe.py"),
     "gpumemlog": ("remediation.train", "sampler.py"),
+    "rolloutlease": ("remediation.rollout", "hostlease.py"),
 }
 
 

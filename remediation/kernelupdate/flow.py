@@ -160,8 +160,10 @@ def plan_fleet(
     return tuple(replace(p, blocked=blocks[p.host]) if p.changes_host and p.host in blocks else p for p in plans)
 
 
-def _settings(options: KernelUpdateOptions, run_id: str) -> dict[str, Any]:
+def _settings(options: KernelUpdateOptions, run_id: str, *, lease_held: bool = False) -> dict[str, Any]:
+    """The role's variables for run ``run_id``; ``lease_held``: the engine holds the host's rollout lease."""
     return {
+        "rollout_lease_held_by": run_id if lease_held else "",
         "gpu_kernel_update_run_id": run_id,
         "gpu_kernel_update_module_source": options.module_source,
         "gpu_kernel_update_kernel": options.kernel or "",
@@ -225,7 +227,7 @@ class KernelChange:
         return item.blocked or item.reason
 
     def apply(self, batch: Sequence[KernelPlan], run_id: str) -> Applied:
-        extravars = _settings(self.options, run_id)
+        extravars = _settings(self.options, run_id, lease_held=True)
         extravars["gpu_kernel_update_operation"] = "update"
         extravars["gpu_kernel_update_planned"] = {p.host: p.target_kernel for p in batch}
         extravars["gpu_kernel_update_plans"] = {p.host: p.to_dict() for p in batch}
@@ -244,7 +246,7 @@ class KernelChange:
         return (Verdict.DONE, "", why) if ok else (Verdict.FAILED, f"gate 2: {why}", why)
 
     def undo(self, hosts: Sequence[str], run_id: str) -> PlaybookResult:
-        return undo_hosts(hosts, self.inventory, _settings(self.options, run_id))
+        return undo_hosts(hosts, self.inventory, _settings(self.options, run_id, lease_held=True))
 
     def outcome(self, o: Outcome[KernelPlan]) -> KernelOutcome:
         return KernelOutcome(o.host, o.item, KernelStatus.of(o.verdict), o.where, o.detail, o.changed, o.undone,

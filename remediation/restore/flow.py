@@ -154,8 +154,11 @@ def plan_restore(
     return tuple(decisions), methods
 
 
-def _settings(options: RestoreOptions, run_id: str) -> dict[str, Any]:
+def _settings(options: RestoreOptions, run_id: str, *, lease_held: bool = False) -> dict[str, Any]:
+    """The role's variables for run ``run_id``; ``lease_held``: the engine holds the host's rollout lease, so the
+    playbook only checks it is still this run's (a manual undo takes its own)."""
     return {
+        "rollout_lease_held_by": run_id if lease_held else "",
         "nvidia_driver_restore_run_id": run_id,
         "nvidia_driver_restore_prefer": Prefer(options.prefer).value,
         "nvidia_driver_restore_module_source": options.module_source,
@@ -213,7 +216,7 @@ class RestoreChange:
         for decisions in groups.values():
             method = self.methods[decisions[0].host]
             try:
-                result = method.apply(decisions, self.inventory, _settings(self.options, run_id))
+                result = method.apply(decisions, self.inventory, _settings(self.options, run_id, lease_held=True))
             except KeyboardInterrupt:
                 why = "interrupted (Ctrl-C) while the batch was being applied"
                 return Applied(results, {d.host: why for d in batch if d.host not in results}, interrupted=True)
@@ -236,8 +239,9 @@ class RestoreChange:
         by_method: dict[str, list[str]] = {}
         for h in hosts:
             by_method.setdefault(self.methods[h].name, []).append(h)
-        return _merge([self.methods[names[0]].undo(names, self.inventory, _settings(self.options, run_id))
-                       for names in by_method.values()], run_id)
+        settings = _settings(self.options, run_id, lease_held=True)
+        return _merge([self.methods[names[0]].undo(names, self.inventory, settings) for names in by_method.values()],
+                      run_id)
 
     def outcome(self, o: Outcome[Decision]) -> HostOutcome:
         return HostOutcome(o.host, o.item, HostStatus.of(o.verdict), o.where, o.detail, o.changed, o.undone,

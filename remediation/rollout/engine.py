@@ -7,7 +7,8 @@ touched hosts. The change itself is an adapter (:class:`Change`): it plans each 
 after the gate audit and undoes a host; the engine owns everything else, so every change gets the same guarantees:
 
 - a batch whose apply times out, crashes or gets SIGINT is a failed batch: its hosts are gated, undone and reported
-  like any failed host, the run stops and the incident report says where and why (exit 1, never a traceback);
+  like any failed host, the run stops and the incident report says where and why (exit 1, never a traceback); a host
+  of that batch whose journal shows its own work finished (applied, staged, reboot-required) is judged by the gate;
 - an undo that fails (or cannot reach its host) is reported per host with the state it left, never raised;
 - a lease another run holds at a renewal stops the run before the next batch;
 - hosts after a stop are not touched, and say why.
@@ -36,7 +37,7 @@ from remediation.inventory import Host
 from remediation.runner import HostState, PlaybookResult
 
 from .cordon import cordon_markers
-from .journal import Journal, journal_from_dict, unfinished_journal
+from .journal import FINISHED, Journal, journal_from_dict, unfinished_journal
 from .lock import DEFAULT_TTL_S, HostLeases, LockInfo, check_ttl, fleet_lock, host_leases
 
 __all__ = ["Applied", "Change", "ChangeKind", "Outcome", "Rollout", "RolloutHooks", "RolloutSettings", "StopReason",
@@ -209,8 +210,9 @@ class Rollout(Generic[S, P, OutT]):
 
     @property
     def exit_code(self) -> int:
-        """0: every host done or unchanged, or nothing was to change (preview, declined); 1: a host is not."""
-        if self.stopped is not None and self.stopped.changed_nothing:
+        """0: every host done or unchanged, or the plan only (preview, declined); 1: a host is not (also when nothing
+        was to do because every host that needs a change is left alone)."""
+        if self.stopped in (StopReason.PREVIEW, StopReason.DECLINED):
             return 0
         return 0 if all(v in (Verdict.DONE, Verdict.UNCHANGED) for v in self.verdicts.values()) else 1
 
@@ -436,6 +438,8 @@ def run_rollout(
                 mine = journal if journal is not None and journal.run_id == run_id else None
                 changed = tuple(c.describe() for c in mine.changes) if mine is not None else ()
                 failure = apply_failure(applied, host)
+                if failure is not None and host in applied.broken and mine is not None and mine.status in _DONE:
+                    failure = None  # its own work finished before the batch stopped (its journal says so): gate it
                 if failure is None:
                     verdict, where, detail = change.judge(p, gate.host(host), mine)
                     if verdict is not Verdict.FAILED:
@@ -467,6 +471,7 @@ def run_rollout(
     return done(stopped, stop_detail, after, lock, leases)
 
 
+_DONE = FINISHED - {"undone"}  # a journal that says the host's own work finished
 UNLEASED = ("not changed by this run: unreachable when the run took its leases, so nothing kept another run off it;"
             " run again once it answers")
 

@@ -11,7 +11,8 @@ stale? then it is mine" is one atomic step on the host, whichever controller, cl
 The new content is written to a temporary file and renamed over the lease, so a reader never sees half a lease.
 
 Operations (``op`` in the request):
-- ``acquire``: free, or held by the same run, or expired -> ours (``acquired`` / ``renewed`` / ``took-over`` with
+- ``acquire``: free, or held by the same run, or expired, or held by the run named ``stale_run_id`` (its controller
+  found that run's process dead on its own machine) -> ours (``acquired`` / ``renewed`` / ``took-over`` with
   the stale holder); held by another run that has not expired -> ``held`` with the holder. Nothing is written then.
 - ``release``: removed when it is ours (``released``); ``not-ours`` / ``absent`` otherwise.
 - ``read``: the current holder, if any, and whether it has expired.
@@ -104,7 +105,8 @@ def handle(req):
         mine["acquired_at"] = current.get("acquired_at", now)
         _write(mine)
         return {"result": "renewed", "lease": mine}
-    if _expired(current, now):
+    if _expired(current, now) or (req.get("stale_run_id") and current.get("run_id") == req.get("stale_run_id")):
+        # expired, or held by a run its own controller found dead (the controller names the run it replaces)
         _write(mine)
         return {"result": "took-over", "lease": mine, "stale": current, "now": now}
     return {"result": "held", "holder": current, "now": now}

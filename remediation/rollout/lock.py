@@ -15,7 +15,8 @@ The host leases (:func:`host_leases`): the local lock cannot see a second contro
 reachable host of the fleet also carries a lease (``/var/lib/gpufleet/rollout.lease``, see
 :mod:`remediation.rollout.hostlease`) with the run id, controller, user, pid and an expiry in the host's clock. A
 run takes every lease or none; a lease held by another run that has not expired refuses the run with exit 4 and
-names the holder; an expired one is taken over atomically on the host (under ``flock``). Leases are renewed before
+names the holder; an expired one, or one whose run's process is gone from this controller (``kill -9``, a crash), is
+taken over atomically on the host (under ``flock``). Leases are renewed before
 every batch (a lease another run holds by then is *lost*: the engine stops before the batch) and released at the
 end, whatever happened.
 """
@@ -333,6 +334,17 @@ def host_leases(
     by_name = {h.name: h for h in hosts}
     answers = _lease_answers(hosts, _lease_request("acquire", **me), connect_timeout, concurrency)
     leases = HostLeases(run_id)
+    # A lease of a run whose process is gone from this very controller (killed, crashed) is stale now, not at its
+    # expiry: ask for it again naming that run, and the host hands it over under its flock.
+    here = socket.gethostname()
+    for name, answer in sorted(answers.items()):
+        holder = (answer or {}).get("holder") or {}
+        if ((answer or {}).get("result") == "held" and holder.get("controller") == here
+                and isinstance(holder.get("pid"), int) and holder.get("pid") != os.getpid()
+                and not _pid_alive(holder["pid"])):
+            retry = _lease_answers([by_name[name]], _lease_request("acquire", stale_run_id=holder.get("run_id"), **me),
+                                   connect_timeout, concurrency)
+            answers[name] = retry.get(name)
     refused: list[tuple[str, dict[str, Any]]] = []
     for name, answer in sorted(answers.items()):
         if answer is None:

@@ -130,7 +130,7 @@ def test_second_restore_is_refused(fleet: Any, tmp_path: Path) -> None:
     before = _state(fleet, "gpu-3")
     with (
         fleet_lock(tmp_path, "gpu", ["gpu-9"]),
-        pytest.raises(LockHeldError, match="another driver-restore holds fleet 'gpu': pid"),
+        pytest.raises(LockHeldError, match="another rolling change holds fleet 'gpu': pid"),
     ):
         _restore(fleet, "gpu-3", tmp_path)
     assert _state(fleet, "gpu-3") == before
