@@ -17,7 +17,6 @@ from typing import Any, TypeVar
 
 from invoke import Exit
 
-ROOT = Path(__file__).resolve().parent.parent
 F = TypeVar("F", bound=Callable[..., Any])
 
 #: Help for the flags every fleet task takes.
@@ -68,6 +67,28 @@ def quiet_stdout() -> None:
         os.close(devnull)
     except (OSError, ValueError):  # stdout without a file descriptor (captured): nothing to protect
         pass
+
+
+def project_dir(c: Any) -> Path:
+    """The directory relative config paths are under: the project's (where Invoke found ``tasks.py`` and reads its
+    ``invoke.yaml``: the checkout, whichever subdirectory ``invoke`` or ``gpufleet`` runs from), else the working
+    directory (``gpufleet`` from an install, outside any project). Fleet inventories, ``.audit``, the lab's state and
+    a ``k8s.templates_dir`` of your own are found there; nothing is computed from where this code is installed."""
+    prefix = getattr(c.config, "_project_prefix", None)
+    return Path(prefix) if prefix else Path.cwd()
+
+
+def under_project(c: Any, path: str | Path) -> Path:
+    """``path`` (``~`` expanded) as it is, when absolute, else under :func:`project_dir`."""
+    return project_dir(c) / Path(path).expanduser()
+
+
+def shown(path: Path) -> str:
+    """``path`` for a printed command: relative to the working directory when it is under it, else absolute."""
+    try:
+        return str(path.resolve().relative_to(Path.cwd().resolve()))
+    except ValueError:
+        return str(path)
 
 
 def config_source(c: Any, name: str) -> str:
@@ -128,7 +149,7 @@ def fleet_hosts(c: Any, fleet: str, inventory: str | None, limit: str | None) ->
         )
     spec = fleets.get(fleet)
     group = spec.group_name if spec is not None else fleet
-    path = inventory or str(ROOT / (spec.inventory if spec is not None else "inventories/lab/hosts.yml"))
+    path = inventory or str(under_project(c, spec.inventory if spec is not None else "inventories/lab/hosts.yml"))
     hosts = load(path, group, limit)
     if not hosts:
         after = f" (after --limit {limit})" if limit else ""
