@@ -14,7 +14,7 @@ from invoke import Collection
 from commands import aks, aoai, audit, demo, driver, harden, k8s, kernel, lab, preflight, quota, train
 from remediation.aoai.settings import AoaiSettings
 from remediation.azure.settings import AzureSettings
-from remediation.config import AuditSettings, KernelUpdateSettings, RestoreSettings, defaults
+from remediation.config import AnsibleSettings, AuditSettings, KernelUpdateSettings, RestoreSettings, defaults
 from remediation.k8s.settings import K8sSettings
 from remediation.train.settings import TrainSettings
 
@@ -35,6 +35,7 @@ ns.add_collection(aks.ns)
 ns.add_collection(train.ns)
 ns.configure(
     {
+        "ansible": defaults(AnsibleSettings),
         "audit": defaults(AuditSettings),
         "driver_restore": defaults(RestoreSettings),
         "kernel_update": defaults(KernelUpdateSettings),

@@ -125,7 +125,7 @@ def preflight(path: Path) -> None:
 
 
 #: The config sections that are mappings (Invoke merges them with the defaults ``tasks.py`` registers).
-SECTIONS = ("fleets", "audit", "driver_restore", "kernel_update", "lab", "k8s", "aoai", "azure", "train")
+SECTIONS = ("fleets", "ansible", "audit", "driver_restore", "kernel_update", "lab", "k8s", "aoai", "azure", "train")
 
 
 def settings(c: Any, cls: type[Any], name: str) -> Any:
@@ -133,6 +133,23 @@ def settings(c: Any, cls: type[Any], name: str) -> Any:
     from remediation.config import load_section
 
     return load_section(cls, c.config.get(name, {}), name, config_source(c, name))
+
+
+def with_collections(func: F) -> F:
+    """Run a task that runs playbooks with ``ansible.collections_path`` (under the project directory) searched first
+    for the collection ``gpufleet.remediation`` (:func:`remediation.runner.collections_first`). Goes under
+    :func:`edge`, which reports a bad ``ansible:`` section."""
+
+    @functools.wraps(func)
+    def wrapper(c: Any, *args: Any, **kwargs: Any) -> Any:
+        from remediation.config import AnsibleSettings
+        from remediation.runner import collections_first
+
+        cfg = settings(c, AnsibleSettings, "ansible")
+        with collections_first(under_project(c, path) for path in cfg.collections_path):
+            return func(c, *args, **kwargs)
+
+    return wrapper  # type: ignore[return-value]
 
 
 def fleet_hosts(c: Any, fleet: str, inventory: str | None, limit: str | None) -> tuple[list[Any], str, str]:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from invoke import Exit, task
 
-from commands import edge, project_dir
+from commands import edge, project_dir, with_collections
 from commands.lab import the_lab
 
 
@@ -13,6 +13,7 @@ from commands.lab import the_lab
     help={"hosts": "lab size for the demo", "scene": "play only this scene (repeatable); all scenes by default"},
 )
 @edge
+@with_collections
 def demo(c, hosts=3, scene=None):  # type: ignore[no-untyped-def]
     """Game day: every runbook scenario as on-call meets it, on the lab and local stand-ins; checks itself."""
     from remediation.errors import UsageError

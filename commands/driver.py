@@ -8,7 +8,7 @@ from typing import Any
 
 from invoke import Collection, Exit, task
 
-from commands import CHECK_HELP, FLEET_HELP, audit_options, edge, fleet_hosts, settings, under_project
+from commands import CHECK_HELP, FLEET_HELP, audit_options, edge, fleet_hosts, settings, under_project, with_collections
 
 
 def restore_options(c: Any, **flags: Any) -> Any:
@@ -68,6 +68,7 @@ def restore_options(c: Any, **flags: Any) -> Any:
     },
 )
 @edge
+@with_collections
 def driver_restore(  # type: ignore[no-untyped-def]
     c,
     fleet="gpu",

@@ -8,7 +8,7 @@ from typing import Any
 
 from invoke import Collection, Exit, task
 
-from commands import CHECK_HELP, FLEET_HELP, audit_options, edge, fleet_hosts, settings, under_project
+from commands import CHECK_HELP, FLEET_HELP, audit_options, edge, fleet_hosts, settings, under_project, with_collections
 
 
 def kernel_options(c: Any, **flags: Any) -> Any:
@@ -64,6 +64,7 @@ def kernel_options(c: Any, **flags: Any) -> Any:
     },
 )
 @edge
+@with_collections
 def kernel_update(  # type: ignore[no-untyped-def]
     c,
     fleet="gpu",

@@ -26,6 +26,7 @@ from remediation.errors import UsageError
 
 __all__ = [
     "POSITIVE",
+    "AnsibleSettings",
     "AuditSettings",
     "FleetSpec",
     "KernelUpdateSettings",
@@ -221,6 +222,19 @@ def fleets_from_mapping(data: Mapping[str, Any] | None, source: str = "invoke.ya
         fleet = load_section(FleetSpec, {"name": str(name), **spec}, f"fleets.{name}", source)
         out[str(name)] = fleet
     return out
+
+
+@dataclass(frozen=True)
+class AnsibleSettings:
+    """``ansible:``: where the playbook runs (harden, driver-restore, kernel-update) find ``gpufleet.remediation``.
+
+    ``collections_path``: collection directories (each holding ``ansible_collections/``) searched before the
+    user's collections path (``ANSIBLE_COLLECTIONS_PATH``, else ``~/.ansible/collections``,
+    ``/usr/share/ansible/collections``); a relative one is under the project directory. The checkout's
+    ``invoke.yaml`` names its own ``collections/`` (a link back to the working tree); an install leaves it empty.
+    """
+
+    collections_path: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
