@@ -1,4 +1,5 @@
-"""Invoke task modules, one per area; ``tasks.py`` at the top of the repository assembles them.
+"""Invoke task modules, one per area; :mod:`commands.namespace` assembles them (``tasks.py`` in the checkout and the
+installed ``gpufleet`` console script both run that namespace).
 
 Each module holds the thin tasks of one namespace: parse the flags, load the area's typed settings
 (:mod:`remediation.config`), call one ``remediation.*`` function, render, ``raise Exit(code=...)``. What every area
