@@ -147,7 +147,7 @@ def with_collections(func: F) -> F:
         from remediation.runner import collections_first
 
         cfg = settings(c, AnsibleSettings, "ansible")
-        with collections_first(under_project(c, path) for path in cfg.collections_path):
+        with collections_first(under_project(c, path) for path in cfg.directories()):
             return func(c, *args, **kwargs)
 
     return wrapper  # type: ignore[return-value]

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import os
 import types
 import typing
 from collections.abc import Iterable, Mapping
@@ -228,13 +229,17 @@ def fleets_from_mapping(data: Mapping[str, Any] | None, source: str = "invoke.ya
 class AnsibleSettings:
     """``ansible:``: where the playbook runs (harden, driver-restore, kernel-update) find ``gpufleet.remediation``.
 
-    ``collections_path``: collection directories (each holding ``ansible_collections/``) searched before the
-    user's collections path (``ANSIBLE_COLLECTIONS_PATH``, else ``~/.ansible/collections``,
-    ``/usr/share/ansible/collections``); a relative one is under the project directory. The checkout's
-    ``invoke.yaml`` names its own ``collections/`` (a link back to the working tree); an install leaves it empty.
+    ``collections_path``: collection directories (each holding ``ansible_collections/``), separated by ``:`` as in
+    Ansible's own setting, searched before the user's collections path (``ANSIBLE_COLLECTIONS_PATH``, else
+    ``~/.ansible/collections``, ``/usr/share/ansible/collections``); a relative one is under the project directory.
+    The checkout's ``invoke.yaml`` names its own ``collections/`` (a link back to the working tree); an install
+    leaves it empty.
     """
 
-    collections_path: tuple[str, ...] = ()
+    collections_path: str = ""  # a string, not a list, so INVOKE_ANSIBLE_COLLECTIONS_PATH can set it too
+
+    def directories(self) -> list[str]:
+        return [part for part in self.collections_path.split(os.pathsep) if part.strip()]
 
 
 @dataclass(frozen=True)
