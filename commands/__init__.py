@@ -1,4 +1,5 @@
-"""Invoke task modules, one per area; ``tasks.py`` at the top of the repository assembles them.
+"""Invoke task modules, one per area; :mod:`commands.namespace` assembles them (``tasks.py`` in the checkout and the
+installed ``gpufleet`` console script both run that namespace).
 
 Each module holds the thin tasks of one namespace: parse the flags, load the area's typed settings
 (:mod:`remediation.config`), call one ``remediation.*`` function, render, ``raise Exit(code=...)``. What every area
@@ -17,7 +18,6 @@ from typing import Any, TypeVar
 
 from invoke import Exit
 
-ROOT = Path(__file__).resolve().parent.parent
 F = TypeVar("F", bound=Callable[..., Any])
 
 #: Help for the flags every fleet task takes.
@@ -70,6 +70,28 @@ def quiet_stdout() -> None:
         pass
 
 
+def project_dir(c: Any) -> Path:
+    """The directory relative config paths are under: the project's (where Invoke found ``tasks.py`` and reads its
+    ``invoke.yaml``: the checkout, whichever subdirectory ``invoke`` or ``gpufleet`` runs from), else the working
+    directory (``gpufleet`` from an install, outside any project). Fleet inventories, ``.audit``, the lab's state and
+    a ``k8s.templates_dir`` of your own are found there; nothing is computed from where this code is installed."""
+    prefix = getattr(c.config, "_project_prefix", None)
+    return Path(prefix) if prefix else Path.cwd()
+
+
+def under_project(c: Any, path: str | Path) -> Path:
+    """``path`` (``~`` expanded) as it is, when absolute, else under :func:`project_dir`."""
+    return project_dir(c) / Path(path).expanduser()
+
+
+def shown(path: Path) -> str:
+    """``path`` for a printed command: relative to the working directory when it is under it, else absolute."""
+    try:
+        return str(path.resolve().relative_to(Path.cwd().resolve()))
+    except ValueError:
+        return str(path)
+
+
 def config_source(c: Any, name: str) -> str:
     """The config file (or ``INVOKE_*`` variables) that set the ``name:`` section, for messages; highest level first."""
     config = c.config
@@ -104,7 +126,7 @@ def preflight(path: Path) -> None:
 
 
 #: The config sections that are mappings (Invoke merges them with the defaults ``tasks.py`` registers).
-SECTIONS = ("fleets", "audit", "driver_restore", "kernel_update", "lab", "k8s", "aoai", "azure", "train")
+SECTIONS = ("fleets", "ansible", "audit", "driver_restore", "kernel_update", "lab", "k8s", "aoai", "azure", "train")
 
 
 def settings(c: Any, cls: type[Any], name: str) -> Any:
@@ -112,6 +134,23 @@ def settings(c: Any, cls: type[Any], name: str) -> Any:
     from remediation.config import load_section
 
     return load_section(cls, c.config.get(name, {}), name, config_source(c, name))
+
+
+def with_collections(func: F) -> F:
+    """Run a task that runs playbooks with ``ansible.collections_path`` (under the project directory) searched first
+    for the collection ``gpufleet.remediation`` (:func:`remediation.runner.collections_first`). Goes under
+    :func:`edge`, which reports a bad ``ansible:`` section."""
+
+    @functools.wraps(func)
+    def wrapper(c: Any, *args: Any, **kwargs: Any) -> Any:
+        from remediation.config import AnsibleSettings
+        from remediation.runner import collections_first
+
+        cfg = settings(c, AnsibleSettings, "ansible")
+        with collections_first(under_project(c, path) for path in cfg.directories()):
+            return func(c, *args, **kwargs)
+
+    return wrapper  # type: ignore[return-value]
 
 
 def fleet_hosts(c: Any, fleet: str, inventory: str | None, limit: str | None) -> tuple[list[Any], str, str]:
@@ -128,7 +167,7 @@ def fleet_hosts(c: Any, fleet: str, inventory: str | None, limit: str | None) ->
         )
     spec = fleets.get(fleet)
     group = spec.group_name if spec is not None else fleet
-    path = inventory or str(ROOT / (spec.inventory if spec is not None else "inventories/lab/hosts.yml"))
+    path = inventory or str(under_project(c, spec.inventory if spec is not None else "inventories/lab/hosts.yml"))
     hosts = load(path, group, limit)
     if not hosts:
         after = f" (after --limit {limit})" if limit else ""

@@ -6,7 +6,7 @@ from typing import Any
 
 from invoke import Collection, Exit, task
 
-from commands import ROOT, edge, read_input, settings
+from commands import edge, read_input, settings, shown
 
 
 def _cfg(c: Any) -> Any:
@@ -90,7 +90,7 @@ def alerts(c, account_id, deployment, tpm_limit=None, action_group="", out=None)
     limit = _number("--tpm-limit", tpm_limit if tpm_limit is not None else cfg.tpm_limit)
     params = alert_parameters(account_id, deployment, limit, cfg, action_group)
     _write(out, render_json(params))
-    template = (TEMPLATES / ALERTS_FILE).relative_to(ROOT)
+    template = shown(TEMPLATES / ALERTS_FILE)
     print(
         f"deploy: az deployment group create -g RESOURCE_GROUP --template-file {template} "
         f"--parameters @{out or 'PARAMETERS.json'}",
@@ -115,7 +115,7 @@ def apim(c, apim, primary_url, secondary_url, api="azure-openai", out=None):  # 
     from remediation.aoai.templates import APIM_FILE, TEMPLATES, apim_parameters, render_json
 
     _write(out, render_json(apim_parameters(apim, primary_url, secondary_url, api)))
-    template = (TEMPLATES / APIM_FILE).relative_to(ROOT)
+    template = shown(TEMPLATES / APIM_FILE)
     print(
         f"deploy: az deployment group create -g RESOURCE_GROUP --template-file {template} "
         f"--parameters @{out or 'PARAMETERS.json'}",

@@ -8,7 +8,7 @@ from typing import Any
 
 from invoke import Collection, Exit, task
 
-from commands import FLEET_HELP, ROOT, audit_options, edge, fleet_hosts, read_input, settings
+from commands import FLEET_HELP, audit_options, edge, fleet_hosts, read_input, settings, under_project
 
 
 @task(
@@ -75,7 +75,7 @@ def audit(  # type: ignore[no-untyped-def]
         from remediation.history import compare, load_previous, render_comparison
         from remediation.history import save as save_history
 
-        directory = ROOT / cfg.history_dir
+        directory = under_project(c, cfg.history_dir)
         comparison = compare(load_previous(directory, fleet), result)
         # stdout holds a document that must parse as a whole: the comparison goes beside it, on stderr
         document_on_stdout = out is None and format != "table"

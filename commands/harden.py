@@ -7,7 +7,7 @@ from typing import Any
 
 from invoke import Collection, Exit, task
 
-from commands import CHECK_HELP, FLEET_HELP, audit_options, edge, fleet_hosts
+from commands import CHECK_HELP, FLEET_HELP, audit_options, edge, fleet_hosts, with_collections
 
 
 @task(
@@ -24,6 +24,7 @@ from commands import CHECK_HELP, FLEET_HELP, audit_options, edge, fleet_hosts
     },
 )
 @edge
+@with_collections
 def harden(  # type: ignore[no-untyped-def]
     c,
     fleet="gpu",

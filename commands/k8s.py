@@ -8,7 +8,7 @@ from typing import Any
 
 from invoke import Collection, Exit, task
 
-from commands import ROOT, edge, read_input, settings
+from commands import edge, project_dir, read_input, settings
 
 
 def _k8s(c: Any) -> Any:
@@ -36,8 +36,8 @@ def _format(format: str) -> None:
     positional=["template"],
     iterable=["set"],
     help={
-        "template": "training-job | inference | audit-cronjob (templates/k8s/NAME.yaml.j2)",
-        "values": "YAML values file (examples: templates/k8s/examples/NAME.yaml)",
+        "template": "training-job | inference | audit-cronjob (the package's templates/k8s/NAME.yaml.j2)",
+        "values": "YAML values file (examples: templates/k8s/examples/NAME.yaml in the checkout or the package)",
         "set": "override one value: key.path=value (repeatable), e.g. --set gpu.count=2",
         "kube_version": "Kubernetes version whose OpenAPI schema the output must pass (default k8s.kubernetes_version)",
         "out": "write the manifests to this file instead of stdout",
@@ -46,15 +46,14 @@ def _format(format: str) -> None:
 @edge
 def render(c, template, values=None, set=None, kube_version=None, out=None):  # type: ignore[no-untyped-def]
     """Render a GPU workload manifest; values and output schema-checked. Exit 2 on bad values."""
-    from remediation.k8s.render import apply_sets, load_values
+    from remediation.k8s.render import apply_sets, load_values, templates_dir
     from remediation.k8s.render import render as run
 
     cfg = _k8s(c)
     data = load_values(values) if values else {}
     data = apply_sets(data, list(set or ()))
-    result = run(
-        template, data, ROOT / cfg.templates_dir, str(kube_version or cfg.kubernetes_version), source=values or "--set"
-    )
+    directory = templates_dir(cfg.templates_dir, project_dir(c))
+    result = run(template, data, directory, str(kube_version or cfg.kubernetes_version), source=values or "--set")
     _write(result.yaml, out, f"{template} manifests")
 
 

@@ -8,7 +8,7 @@ from typing import Any
 
 from invoke import Collection, Exit, task
 
-from commands import CHECK_HELP, FLEET_HELP, ROOT, audit_options, edge, fleet_hosts, settings
+from commands import CHECK_HELP, FLEET_HELP, audit_options, edge, fleet_hosts, settings, under_project, with_collections
 
 
 def kernel_options(c: Any, **flags: Any) -> Any:
@@ -35,7 +35,7 @@ def kernel_options(c: Any, **flags: Any) -> Any:
             force=bool(flags.get("force")),
             reboot_timeout=int(pick("reboot_timeout")),
             apt_lock_timeout=cfg.apt_lock_timeout,
-            state_dir=ROOT / (cfg.state_dir or history_dir),
+            state_dir=under_project(c, cfg.state_dir or history_dir),
             lock_ttl_s=cfg.lock_ttl_s,
             playbook_timeout=cfg.playbook_timeout,
         ).validate()
@@ -64,6 +64,7 @@ def kernel_options(c: Any, **flags: Any) -> Any:
     },
 )
 @edge
+@with_collections
 def kernel_update(  # type: ignore[no-untyped-def]
     c,
     fleet="gpu",

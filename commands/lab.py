@@ -6,7 +6,7 @@ from typing import Any
 
 from invoke import Collection, task
 
-from commands import ROOT, edge
+from commands import edge, project_dir
 
 FAULTS = (
     "kernel-upgrade",
@@ -27,11 +27,11 @@ FAULTS = (
 
 
 def the_lab(c: Any) -> Any:
-    """The lab of this checkout, from ``lab:`` in the config."""
+    """The lab of this project, from ``lab:`` in the config (relative paths under the project directory)."""
     from lab.config import LabConfig
     from lab.control import Lab
 
-    return Lab(LabConfig.from_mapping(c.config.get("lab", {}), root=ROOT))
+    return Lab(LabConfig.from_mapping(c.config.get("lab", {}), root=project_dir(c)))
 
 
 @task(

@@ -1,7 +1,16 @@
 """``gpufleet``: the project's tasks under an :class:`invoke.Program` that owns every edge Invoke itself does not.
 
-``gpufleet TASK ...`` runs exactly what ``invoke TASK ...`` runs (the same ``tasks.py``, found the same way from the
-working directory, the same config files), and adds, before and around the task:
+``gpufleet TASK ...`` runs exactly what ``invoke TASK ...`` runs in the checkout: the same namespace
+(:mod:`commands.namespace`, which ``tasks.py`` also exposes), imported from the installed packages, so it works from
+any directory; no ``tasks.py`` is searched for or imported. The config files are Invoke's: ``/etc/invoke.yaml``,
+``~/.invoke.yaml``, ``INVOKE_*`` variables and ``-f FILE``, over the defaults the namespace registers; and the
+project's ``invoke.yaml`` where there is a project: Invoke reads the project file beside the ``tasks.py`` it loads,
+and a :class:`~invoke.Program` with a namespace loads none, so :meth:`FleetProgram.parse_collection` finds the
+nearest ``tasks.py`` up from the working directory (Invoke's own search, ``tasks.search_root`` respected) and reads
+the ``invoke.yaml`` beside it as the project config, checked first as ``tasks.py`` checks it. In a checkout that is
+the checkout's ``invoke.yaml`` (its fleets, ``ansible.collections_path``, ...), wherever in it ``gpufleet`` runs;
+elsewhere there is no project file and relative config paths are under the working directory. It adds, before and
+around the task:
 
 - a config file Invoke cannot load (YAML syntax, a section of the wrong shape, in the project's, the user's, the
   system's or the ``-f`` runtime file): one line on stderr, exit 2, instead of Invoke's traceback (exit 1, which the
@@ -20,6 +29,7 @@ import os
 import sys
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from pathlib import Path
 from typing import Any
 
 import yaml
@@ -113,6 +123,19 @@ class FleetProgram(Program):
     def parse_collection(self) -> None:
         with _edge(self.config):
             super().parse_collection()
+            self._load_project_config()
+
+    def _load_project_config(self) -> None:
+        """The project's ``invoke.yaml`` (beside the nearest ``tasks.py`` up from the working directory), loaded as
+        Invoke's project config level, as ``invoke`` loads it after finding ``tasks.py``; none outside a project."""
+        project = project_dir(self.config)
+        if project is None:
+            return
+        from commands import preflight
+
+        preflight(project / "invoke.yaml")
+        self.config.set_project_location(str(project))
+        self.config.load_project()
 
     def parse_tasks(self) -> None:
         with _edge():
@@ -134,6 +157,15 @@ class FleetProgram(Program):
     def execute(self) -> None:
         with _edge(self.config):
             super().execute()
+
+    def task_list_opener(self, extra: str = "") -> str:
+        """Invoke's own heading (``Available tasks``, with ``--list`` root and depth), as ``invoke --list`` prints it,
+        not the bare ``Subcommands`` of a bundled namespace: one listing under both names."""
+        namespace, self.namespace = self.namespace, None
+        try:
+            return str(super().task_list_opener(extra))
+        finally:
+            self.namespace = namespace
 
     def _stdin_for_missing_file(self, exc: ParseError) -> bool:
         """A task missing only its ``file`` while text is piped in: give it ``-`` and parse again (True)."""
@@ -162,6 +194,22 @@ class FleetProgram(Program):
         return names
 
 
+def project_dir(config: Any) -> Path | None:
+    """The directory of the nearest ``tasks.py`` (or ``tasks/`` package) up from ``tasks.search_root`` or the
+    working directory, found by Invoke's own loader (nothing imported); None outside any project."""
+    from invoke.exceptions import CollectionNotFound
+    from invoke.loader import FilesystemLoader
+
+    try:
+        spec = FilesystemLoader(config=config).find(config.tasks.collection_name)
+    except CollectionNotFound:
+        return None
+    if spec is None or spec.origin is None:
+        return None
+    found = Path(spec.origin).parent
+    return found.parent if spec.submodule_search_locations else found
+
+
 def _quiet_stdout() -> None:
     try:
         devnull = os.open(os.devnull, os.O_WRONLY)
@@ -180,7 +228,15 @@ def _version() -> str:
         return "0"
 
 
-program = FleetProgram(name="gpufleet", binary="gpufleet", binary_names=["gpufleet"], version=_version())
+def _namespace() -> Any:
+    from commands.namespace import ns
+
+    return ns
+
+
+program = FleetProgram(
+    name="gpufleet", binary="gpufleet", binary_names=["gpufleet"], version=_version(), namespace=_namespace()
+)
 main: Callable[[], None] = program.run
 
 if __name__ == "__main__":

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import os
 import types
 import typing
 from collections.abc import Iterable, Mapping
@@ -26,6 +27,7 @@ from remediation.errors import UsageError
 
 __all__ = [
     "POSITIVE",
+    "AnsibleSettings",
     "AuditSettings",
     "FleetSpec",
     "KernelUpdateSettings",
@@ -221,6 +223,23 @@ def fleets_from_mapping(data: Mapping[str, Any] | None, source: str = "invoke.ya
         fleet = load_section(FleetSpec, {"name": str(name), **spec}, f"fleets.{name}", source)
         out[str(name)] = fleet
     return out
+
+
+@dataclass(frozen=True)
+class AnsibleSettings:
+    """``ansible:``: where the playbook runs (harden, driver-restore, kernel-update) find ``gpufleet.remediation``.
+
+    ``collections_path``: collection directories (each holding ``ansible_collections/``), separated by ``:`` as in
+    Ansible's own setting, searched before the user's collections path (``ANSIBLE_COLLECTIONS_PATH``, else
+    ``~/.ansible/collections``, ``/usr/share/ansible/collections``); a relative one is under the project directory.
+    The checkout's ``invoke.yaml`` names its own ``collections/`` (a link back to the working tree); an install
+    leaves it empty.
+    """
+
+    collections_path: str = ""  # a string, not a list, so INVOKE_ANSIBLE_COLLECTIONS_PATH can set it too
+
+    def directories(self) -> list[str]:
+        return [part for part in self.collections_path.split(os.pathsep) if part.strip()]
 
 
 @dataclass(frozen=True)

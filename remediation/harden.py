@@ -17,7 +17,7 @@ from .inventory import Host
 from .rollout.engine import StopReason
 from .runner import PlaybookResult, run_playbook
 
-PLAYBOOK = "playbooks/harden.yml"
+PLAYBOOK = "gpufleet.remediation.harden"
 # finding -> the role that remediates it
 REMEDIES = {
     "GPU-KRN-002": "gpu_kernel_hold",

@@ -71,6 +71,17 @@ def make_lab(  # type: ignore[no-untyped-def]
     return lab
 
 
+@pytest.fixture(scope="session", autouse=True)
+def checkout_collection() -> Iterator[None]:
+    """The library's playbook runs in the tests (harden, driver-restore, kernel-update called directly) use the
+    working tree's playbooks, as ``invoke`` in the checkout does through ``ansible.collections_path``: the checkout's
+    ``collections/`` first, ahead of any installed copy of gpufleet.remediation."""
+    from remediation.runner import collections_first
+
+    with collections_first([ROOT / "collections"]):
+        yield
+
+
 @pytest.fixture(scope="session")
 def lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[object]:
     """A 4-host lab shared by the integration tests (hosts are cleared by the tests that break them)."""

@@ -8,9 +8,10 @@
   (primary 1, overflow 2), and the API policy (:func:`apim_policy`) that sends to the pool with managed-identity
   authentication and retries a 429/5xx on the pool's next backend.
 
-The checked-in copies live in ``templates/azure/`` (``az deployment group create --template-file ...``); a test
-keeps them equal to what these functions build. ``invoke aoai.alerts`` / ``invoke aoai.apim`` write the parameters
-file for a given deployment.
+The checked-in copies live in ``remediation/templates/azure/``, package data installed with the library
+(``templates/azure/`` at the top of the checkout links there; ``az deployment group create --template-file ...``);
+a test keeps them equal to what these functions build. ``invoke aoai.alerts`` / ``invoke aoai.apim`` write the
+parameters file for a given deployment.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from typing import Any
 
 from remediation.aoai.settings import AoaiSettings
 from remediation.errors import TemplateError
+from remediation.resources import package_dir
 
 __all__ = [
     "ALERTS_FILE",
@@ -38,7 +40,8 @@ __all__ = [
     "write_templates",
 ]
 
-TEMPLATES = Path(__file__).resolve().parents[2] / "templates" / "azure"
+#: The package's copies (package data, ``remediation/templates/azure``).
+TEMPLATES = package_dir("templates", "azure")
 ALERTS_FILE = "aoai-metric-alerts.json"
 APIM_FILE = "aoai-apim-backend-pool.json"
 POLICY_FILE = "aoai-apim-policy.xml"

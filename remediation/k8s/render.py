@@ -1,4 +1,5 @@
-"""Kubernetes manifests from the templates of ``templates/k8s/``: values checked, every value serialised, output
+"""Kubernetes manifests from the templates of ``templates/k8s/`` (package data, :data:`TEMPLATES`; ``k8s.templates_dir``
+names a directory of your own instead): values checked, every value serialised, output
 checked against the Kubernetes OpenAPI schema.
 
 A template ``NAME.yaml.j2`` comes with ``NAME.schema.yaml`` (JSON Schema of its values, with their defaults) and an
@@ -30,10 +31,22 @@ import yaml
 
 from remediation.errors import TemplateError
 from remediation.k8s.errors import ValuesError
+from remediation.resources import package_dir
 
-__all__ = ["Rendered", "apply_sets", "load_values", "render", "template_names", "to_yaml", "validate_manifest"]
+__all__ = ["TEMPLATES", "Rendered", "apply_sets", "load_values", "render", "template_names", "templates_dir", "to_yaml",
+           "validate_manifest"]
 
 SUFFIX = ".yaml.j2"
+#: The templates installed with the package (``remediation/templates/k8s``): the default of ``k8s.templates_dir``.
+TEMPLATES = package_dir("templates", "k8s")
+
+
+def templates_dir(setting: str | Path, base: Path) -> Path:
+    """The templates directory ``k8s.templates_dir`` names (a relative one under ``base``, the project directory or
+    the working directory), or the package's own when it is empty."""
+    if not str(setting):
+        return TEMPLATES
+    return base / Path(setting).expanduser()
 
 
 class Serialised(str):

@@ -11,7 +11,7 @@ __all__ = ["K8sSettings"]
 class K8sSettings:
     """``k8s:``: templates, the Kubernetes version manifests are checked against, thresholds."""
 
-    templates_dir: str = "templates/k8s"  # relative to the project root
+    templates_dir: str = ""  # empty: the package's templates; a relative path is under the project (or working) dir
     kubernetes_version: str = "1.30"  # OpenAPI schema the rendered manifests are validated against
     kubeconfig: str = ""  # default: $KUBECONFIG, then ~/.kube/config
     context: str = ""  # kubeconfig context; default: the current one

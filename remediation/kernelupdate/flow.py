@@ -42,7 +42,7 @@ from .rules import Available, KernelPlan, available_query, parse_available, plan
 __all__ = ["JOURNAL_PATH", "PLAYBOOK", "KernelChange", "KernelOutcome", "KernelStatus", "KernelUpdateHooks",
            "KernelUpdateOptions", "KernelUpdateResult", "kernel_update", "plan_fleet"]
 
-PLAYBOOK = "playbooks/kernel_update.yml"
+PLAYBOOK = "gpufleet.remediation.kernel_update"
 JOURNAL_PATH = "/var/lib/gpufleet/kernel-update/journal.json"
 
 

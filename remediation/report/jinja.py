@@ -22,10 +22,11 @@ import jinja2
 
 from remediation.errors import TemplateError
 from remediation.report import markdown
+from remediation.resources import package_dir
 
 __all__ = ["TEMPLATES", "environment", "render_template", "strict_environment"]
 
-TEMPLATES = Path(__file__).resolve().parent / "templates"
+TEMPLATES = package_dir("report", "templates")
 
 
 def strict_environment(

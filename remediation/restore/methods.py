@@ -25,7 +25,7 @@ from .rules import METHOD_NAMES, Decision, Prefer, decide, resolve_method
 
 __all__ = ["METHODS", "AptMethod", "AzureExtensionMethod", "GateResult", "RestoreMethod", "method_for"]
 
-PLAYBOOK = "playbooks/driver_restore.yml"
+PLAYBOOK = "gpufleet.remediation.driver_restore"
 PLAYBOOK_TIMEOUT = "nvidia_driver_restore_playbook_timeout"  # a setting of the flow, not a variable of the role
 
 

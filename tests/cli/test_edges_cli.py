@@ -155,6 +155,30 @@ def test_a_broken_project_config_is_one_line_and_exit_2(
     one_error_line(r, *needles, str(project / "invoke.yaml"))
 
 
+@pytest.mark.parametrize("program", ["invoke", "gpufleet"])
+def test_the_project_config_is_read_from_a_subdirectory_and_relative_paths_are_under_the_project(
+    program: str, project: Path
+) -> None:
+    (project / "invoke.yaml").write_text("k8s:\n  templates_dir: mine\n")
+    (project / "sub").mkdir()
+    r = cli([*(INVOKE if program == "invoke" else GPUFLEET), "k8s.render", "training-job"], cwd=project / "sub")
+    assert r.returncode == 2
+    one_error_line(r, f"no template 'training-job' in {project / 'mine'}")
+
+
+def test_outside_any_project_gpufleet_uses_the_packages_templates(tmp_path: Path) -> None:
+    r = cli([*GPUFLEET, "k8s.render", "nope"], cwd=tmp_path)
+    assert r.returncode == 2
+    templates = ROOT / "remediation" / "templates" / "k8s"
+    one_error_line(r, f"no template 'nope' in {templates} (templates: audit-cronjob, inference, training-job)")
+
+
+def test_gpufleet_lists_what_invoke_lists() -> None:
+    ours, theirs = cli([*GPUFLEET, "--list"]), cli([*INVOKE, "--list"])
+    assert ours.returncode == theirs.returncode == 0, ours.stderr + theirs.stderr
+    assert ours.stdout == theirs.stdout
+
+
 @pytest.mark.parametrize(("text", "needle"), [("fleets: 5\n", "fleets"), ("audit: 5\n", "audit")])
 def test_a_wrong_shape_in_a_runtime_config_file(text: str, needle: str, tmp_path: Path) -> None:
     runtime = tmp_path / "site.yaml"

@@ -102,7 +102,35 @@ def test_check_config_file_refuses_what_invoke_cannot_load(text: bytes, needle: 
 
 
 def test_check_config_file_accepts_the_projects_own_and_a_missing_one(tmp_path: Path) -> None:
-    from commands import ROOT, SECTIONS
+    from commands import SECTIONS
 
-    check_config_file(ROOT / "invoke.yaml", SECTIONS)
+    check_config_file(Path(__file__).resolve().parents[2] / "invoke.yaml", SECTIONS)
     check_config_file(tmp_path / "absent.yaml", SECTIONS)
+
+
+def test_the_checkouts_config_puts_its_own_collection_first_and_paths_under_the_project(tmp_path: Path) -> None:
+    """In the checkout (Invoke's project location), ``ansible.collections_path: collections`` is the checkout's link
+    to itself, first on the runs' collections path; outside a project, relative paths are under the working dir."""
+    from invoke import Config, Context
+
+    from commands import project_dir, under_project, with_collections
+    from commands.namespace import ns
+    from remediation import runner
+
+    root = Path(__file__).resolve().parents[2]
+    config = Config(project_location=str(root))
+    config.load_collection(ns.configuration())
+    config.load_project()
+    seen: list[Path] = []
+
+    @with_collections
+    def task(c: Context) -> None:
+        seen.extend(runner.collections_path({"ANSIBLE_COLLECTIONS_PATH": str(tmp_path)}))
+
+    task(Context(config))
+    assert seen[0] == root / "collections" and seen[-1] == tmp_path
+    assert (seen[0] / "ansible_collections" / "gpufleet" / "remediation").resolve() == root
+    assert under_project(Context(config), ".audit") == root / ".audit"
+    outside = Config()
+    assert project_dir(Context(outside)) == Path.cwd()
+    assert under_project(Context(outside), "/srv/inventory.yml") == Path("/srv/inventory.yml")

@@ -13,15 +13,33 @@ from remediation.errors import TemplateError
 from remediation.k8s.errors import ValuesError
 from remediation.k8s.evaluator import evaluate
 from remediation.k8s.objects import node_from_dict, pod_from_dict
-from remediation.k8s.render import apply_sets, load_values, render, template_names, validate_manifest
+from remediation.k8s.render import (
+    TEMPLATES,
+    apply_sets,
+    load_values,
+    render,
+    template_names,
+    templates_dir,
+    validate_manifest,
+)
 
 ROOT = Path(__file__).resolve().parents[2]
-TEMPLATES = ROOT / "templates" / "k8s"
 NAMES = ("training-job", "inference", "audit-cronjob")
 
 
 def _example(name: str) -> dict[str, Any]:
     return load_values(TEMPLATES / "examples" / f"{name}.yaml")
+
+
+def test_templates_are_package_data_and_the_documented_path_links_there(tmp_path: Path) -> None:
+    assert TEMPLATES == ROOT / "remediation" / "templates" / "k8s"
+    link = ROOT / "templates"
+    assert link.is_symlink() and link.readlink() == Path("remediation/templates")
+    assert (link / "k8s").resolve() == TEMPLATES.resolve()
+    # k8s.templates_dir: empty is the package's; a path of your own (relative: under the project directory) wins
+    assert templates_dir("", tmp_path) == TEMPLATES
+    assert templates_dir("mine/k8s", tmp_path) == tmp_path / "mine" / "k8s"
+    assert templates_dir("/srv/k8s", tmp_path) == Path("/srv/k8s")
 
 
 def test_one_example_per_template() -> None:

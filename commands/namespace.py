@@ -1,0 +1,44 @@
+"""The project's task namespace: one collection per area from :mod:`commands`, with the typed config defaults.
+
+``tasks.py`` in the checkout exposes it to ``invoke``; :mod:`remediation.cli` (the ``gpufleet`` console script) gives
+it to :class:`invoke.Program` as its namespace, so an install (the wheel ships :mod:`commands`) runs the same tasks
+from any directory. The defaults of every typed config section are registered here with ``ns.configure``, so
+``invoke.yaml`` and ``INVOKE_*`` variables only override them. ``invoke --list`` / ``gpufleet --list`` show every task.
+"""
+
+from __future__ import annotations
+
+from invoke import Collection
+
+from commands import aks, aoai, audit, demo, driver, harden, k8s, kernel, lab, quota, train
+from remediation.aoai.settings import AoaiSettings
+from remediation.azure.settings import AzureSettings
+from remediation.config import AnsibleSettings, AuditSettings, KernelUpdateSettings, RestoreSettings, defaults
+from remediation.k8s.settings import K8sSettings
+from remediation.train.settings import TrainSettings
+
+__all__ = ["ns"]
+
+ns = Collection(demo.demo, audit.diagnose)
+ns.add_collection(audit.ns)
+ns.add_collection(harden.ns)
+ns.add_collection(driver.ns)
+ns.add_collection(kernel.ns)
+ns.add_collection(lab.ns)
+ns.add_collection(k8s.ns)
+ns.add_collection(aoai.ns)
+ns.add_collection(quota.ns)
+ns.add_collection(aks.ns)
+ns.add_collection(train.ns)
+ns.configure(
+    {
+        "ansible": defaults(AnsibleSettings),
+        "audit": defaults(AuditSettings),
+        "driver_restore": defaults(RestoreSettings),
+        "kernel_update": defaults(KernelUpdateSettings),
+        "k8s": defaults(K8sSettings),
+        "aoai": defaults(AoaiSettings),
+        "azure": defaults(AzureSettings),
+        "train": defaults(TrainSettings),
+    }
+)
