@@ -17,6 +17,8 @@ from typing import Any, TypeVar
 
 from invoke import Exit
 
+from remediation.exitcodes import ExitCode
+
 ROOT = Path(__file__).resolve().parent.parent
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -31,7 +33,11 @@ CHECK_HELP = "show the per-host plan and diff, then stop: nothing changes on any
 
 
 def edge(func: F) -> F:
-    """Turn the library's errors into one line and an exit code (2 unless the error says otherwise)."""
+    """Turn the library's errors into one line and an exit code (BAD_INPUT unless the error says otherwise).
+
+    A reader that closed stdout early (``... | head``) is BROKEN_PIPE (128 + SIGPIPE, as a shell reports a writer
+    killed by the signal), quiet, no traceback; Ctrl-C is INTERRUPTED.
+    """
 
     @functools.wraps(func)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
@@ -47,17 +53,12 @@ def edge(func: F) -> F:
             raise Exit(code=exc.exit_code) from None
         except KeyboardInterrupt:
             print("interrupted", file=sys.stderr)
-            raise Exit(code=130) from None
+            raise Exit(code=ExitCode.INTERRUPTED) from None
         except BrokenPipeError:
             quiet_stdout()
-            raise Exit(code=BROKEN_PIPE_EXIT) from None
+            raise Exit(code=ExitCode.BROKEN_PIPE) from None
 
     return wrapper  # type: ignore[return-value]
-
-
-#: Exit code of a task whose reader closed stdout early (``... | head``): 128 + SIGPIPE, as a shell reports a
-#: writer killed by the signal; quiet, no traceback.
-BROKEN_PIPE_EXIT = 141
 
 
 def quiet_stdout() -> None:

@@ -20,6 +20,7 @@ from typing import Any
 
 from remediation.audit import AuditOptions, AuditResult, HostAudit, run_audit
 from remediation.errors import RunnerError
+from remediation.exitcodes import ExitCode
 from remediation.fanout import Status, fan_out
 from remediation.inventory import Host
 from remediation.restore.flow import (
@@ -132,8 +133,8 @@ class KernelUpdateResult:
         return [o for o in self.outcomes if o.status is KernelStatus.FAILED]
 
     @property
-    def exit_code(self) -> int:
-        """0: every host moved or current (or --check / not confirmed); 1: a host did not move."""
+    def exit_code(self) -> ExitCode:
+        """OK: every host moved or current (or --check / not confirmed); FINDINGS: a host did not move."""
         return rolling_exit_code(self.outcomes, self.stopped)
 
 

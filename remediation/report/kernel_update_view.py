@@ -12,6 +12,7 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
+from remediation.exitcodes import ExitCode
 from remediation.report.markdown import code, fence, inline
 
 if TYPE_CHECKING:
@@ -81,7 +82,7 @@ def print_kernel_result(console: Console, result: KernelUpdateResult) -> None:
     console.print(table)
     if result.stopped and result.stopped not in ("dry-run", "declined", "nothing to do"):
         console.print(Text(result.stopped, style="red"))
-    console.print("moved" if result.exit_code == 0 else "[red]not every host moved: see the table[/red]")
+    console.print("moved" if result.exit_code == ExitCode.OK else "[red]not every host moved: see the table[/red]")
 
 
 def _resolution(o: KernelOutcome) -> list[str]:

@@ -16,6 +16,7 @@ from rich.text import Text
 
 from remediation import catalog
 from remediation.checks.history import last_change_of, who
+from remediation.exitcodes import ExitCode
 from remediation.report.markdown import code, fence, inline
 from remediation.restore.lock import describe_lease
 
@@ -78,7 +79,7 @@ def print_restore_result(console: Console, result: RestoreResult) -> None:
         console.print(Text(result.stopped, style="red"))
     for line in _lease_lines(result):
         console.print(line, markup=False)
-    console.print("restored" if result.exit_code == 0 else "[red]not restored: see the table[/red]")
+    console.print("restored" if result.exit_code == ExitCode.OK else "[red]not restored: see the table[/red]")
 
 
 def _root_cause(h: HostAudit) -> list[str]:

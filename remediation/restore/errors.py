@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from remediation.errors import RemediationError
+from remediation.exitcodes import ExitCode
 
 
 class RestoreError(RemediationError):
@@ -12,7 +13,7 @@ class RestoreError(RemediationError):
 class LockHeldError(RestoreError):
     """Another driver restore holds the fleet's lock."""
 
-    exit_code = 4
+    exit_code = ExitCode.LOCK_HELD
 
 
 class MethodUnavailableError(RestoreError):

@@ -28,6 +28,7 @@ from typing import Any, Protocol, TypeVar
 
 from remediation.audit import AuditOptions, AuditResult, HostAudit, run_audit
 from remediation.errors import RunnerError
+from remediation.exitcodes import ExitCode
 from remediation.fanout import Status, fan_out
 from remediation.inventory import Host
 from remediation.runner import HostState, PlaybookResult
@@ -131,11 +132,11 @@ def rolling_outcome(outcomes: Sequence[_O], host: str) -> _O:
     raise KeyError(host)
 
 
-def rolling_exit_code(outcomes: Sequence[_Outcome], stopped: str | None) -> int:
-    """0: every host ok, or nothing was to change (--check, declined); 1: a host is not ok."""
+def rolling_exit_code(outcomes: Sequence[_Outcome], stopped: str | None) -> ExitCode:
+    """OK: every host ok, or nothing was to change (--check, declined); FINDINGS: a host is not ok."""
     if stopped in ("dry-run", "declined"):
-        return 0
-    return 0 if all(o.ok for o in outcomes) else 1
+        return ExitCode.OK
+    return ExitCode.OK if all(o.ok for o in outcomes) else ExitCode.FINDINGS
 
 
 @dataclass(frozen=True)
@@ -160,8 +161,8 @@ class RestoreResult:
         return [o for o in self.outcomes if o.status is HostStatus.FAILED]
 
     @property
-    def exit_code(self) -> int:
-        """0: every host restored or healthy (or a dry run / not confirmed); 1: a host is not restored."""
+    def exit_code(self) -> ExitCode:
+        """OK: every host restored or healthy (or a dry run / not confirmed); FINDINGS: a host is not restored."""
         return rolling_exit_code(self.outcomes, self.stopped)
 
 
