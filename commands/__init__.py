@@ -61,6 +61,26 @@ def edge(func: F) -> F:
     return wrapper  # type: ignore[return-value]
 
 
+def require_confirmation(what: str, *, check: bool, yes: bool, preview: str) -> None:
+    """Refuse a task that changes something when it can neither ask nor was told: one line, BAD_INPUT.
+
+    Nothing is refused with ``--check`` (nothing changes), ``--yes`` (told) or a terminal on stdin (:func:`ask` asks
+    there). ``what`` is the task and what it does ("harden changes hosts"), ``preview`` what ``--check`` shows
+    ("to preview"): ``WHAT and there is no terminal to confirm on: pass --yes, or --check PREVIEW``.
+    """
+    if check or yes or (sys.stdin is not None and sys.stdin.isatty()):
+        return
+    from remediation.errors import UsageError
+
+    raise UsageError(f"{what} and there is no terminal to confirm on: pass --yes, or --check {preview}")
+
+
+def ask(question: str) -> bool:
+    """Ask ``QUESTION? [y/N]`` on the terminal: True for y or yes (any case, spaces around), anything else is no."""
+    answer = input(f"{question}? [y/N] ")
+    return answer.strip().lower() in ("y", "yes")
+
+
 def quiet_stdout() -> None:
     """Point stdout at /dev/null, so that nothing (Python's exit-time flush included) writes to a closed pipe."""
     try:
