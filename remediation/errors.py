@@ -47,9 +47,5 @@ class ParseError(RemediationError):
     """Field text could not be classified."""
 
 
-class LabError(RemediationError):
-    """The simulated lab fleet cannot do what was asked."""
-
-
 class AoaiError(RemediationError):
     """An Azure OpenAI input (request log, metrics export, deployment list) is unusable."""
