@@ -18,6 +18,8 @@ from typing import Any, TypeVar
 
 from invoke import Exit
 
+from remediation.exitcodes import ExitCode
+
 F = TypeVar("F", bound=Callable[..., Any])
 
 #: Help for the flags every fleet task takes.
@@ -31,7 +33,11 @@ CHECK_HELP = "show the per-host plan and diff, then stop: nothing changes on any
 
 
 def edge(func: F) -> F:
-    """Turn the library's errors into one line and an exit code (2 unless the error says otherwise)."""
+    """Turn the library's errors into one line and an exit code (BAD_INPUT unless the error says otherwise).
+
+    A reader that closed stdout early (``... | head``) is BROKEN_PIPE (128 + SIGPIPE, as a shell reports a writer
+    killed by the signal), quiet, no traceback; Ctrl-C is INTERRUPTED.
+    """
 
     @functools.wraps(func)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
@@ -47,17 +53,32 @@ def edge(func: F) -> F:
             raise Exit(code=exc.exit_code) from None
         except KeyboardInterrupt:
             print("interrupted", file=sys.stderr)
-            raise Exit(code=130) from None
+            raise Exit(code=ExitCode.INTERRUPTED) from None
         except BrokenPipeError:
             quiet_stdout()
-            raise Exit(code=BROKEN_PIPE_EXIT) from None
+            raise Exit(code=ExitCode.BROKEN_PIPE) from None
 
     return wrapper  # type: ignore[return-value]
 
 
-#: Exit code of a task whose reader closed stdout early (``... | head``): 128 + SIGPIPE, as a shell reports a
-#: writer killed by the signal; quiet, no traceback.
-BROKEN_PIPE_EXIT = 141
+def require_confirmation(what: str, *, check: bool, yes: bool, preview: str) -> None:
+    """Refuse a task that changes something when it can neither ask nor was told: one line, BAD_INPUT.
+
+    Nothing is refused with ``--check`` (nothing changes), ``--yes`` (told) or a terminal on stdin (:func:`ask` asks
+    there). ``what`` is the task and what it does ("harden changes hosts"), ``preview`` what ``--check`` shows
+    ("to preview"): ``WHAT and there is no terminal to confirm on: pass --yes, or --check PREVIEW``.
+    """
+    if check or yes or (sys.stdin is not None and sys.stdin.isatty()):
+        return
+    from remediation.errors import UsageError
+
+    raise UsageError(f"{what} and there is no terminal to confirm on: pass --yes, or --check {preview}")
+
+
+def ask(question: str) -> bool:
+    """Ask ``QUESTION? [y/N]`` on the terminal: True for y or yes (any case, spaces around), anything else is no."""
+    answer = input(f"{question}? [y/N] ")
+    return answer.strip().lower() in ("y", "yes")
 
 
 def quiet_stdout() -> None:

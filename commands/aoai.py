@@ -7,6 +7,7 @@ from typing import Any
 from invoke import Collection, Exit, task
 
 from commands import edge, read_input, settings, shown
+from remediation.exitcodes import ExitCode
 
 
 def _cfg(c: Any) -> Any:
@@ -66,7 +67,7 @@ def diagnose(c, file=None, format="text", tpm_limit=None, deployment=None):  # t
     print(json.dumps(result.to_dict(), indent=2) if format == "json" else render_analysis(result), end="")
     if format == "json":
         print()
-    raise Exit(code=1 if result.findings else 0)
+    raise Exit(code=ExitCode.FINDINGS if result.findings else ExitCode.OK)
 
 
 @task(

@@ -9,6 +9,7 @@ from typing import Any
 from invoke import Collection, Exit, task
 
 from commands import FLEET_HELP, audit_options, edge, fleet_hosts, read_input, settings, under_project
+from remediation.exitcodes import ExitCode
 
 
 @task(
@@ -110,7 +111,7 @@ def diagnose(c, file=None, format="text", kind=None):  # type: ignore[no-untyped
         print(json.dumps(result.to_dict(), indent=2))
     else:
         print(render_text(result))
-    raise Exit(code=1 if result.findings else 0)
+    raise Exit(code=ExitCode.FINDINGS if result.findings else ExitCode.OK)
 
 
 ns: Any = Collection("audit", audit)

@@ -2,13 +2,23 @@
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 from typing import Any
 
 from invoke import Collection, Exit, task
 
-from commands import CHECK_HELP, FLEET_HELP, audit_options, edge, fleet_hosts, settings, under_project, with_collections
+from commands import (
+    CHECK_HELP,
+    FLEET_HELP,
+    ask,
+    audit_options,
+    edge,
+    fleet_hosts,
+    require_confirmation,
+    settings,
+    under_project,
+    with_collections,
+)
 
 
 def restore_options(c: Any, **flags: Any) -> Any:
@@ -94,7 +104,6 @@ def driver_restore(  # type: ignore[no-untyped-def]
     from remediation.inventory import load
     from remediation.report.console import console
     from remediation.report.restore_view import print_restore_plan, print_restore_result, render_restore_report
-    from remediation.restore.errors import RestoreError
     from remediation.restore.flow import driver_restore as run
 
     check = bool(check or dry_run)
@@ -111,18 +120,13 @@ def driver_restore(  # type: ignore[no-untyped-def]
         reboot_timeout=reboot_timeout,
     )
     hosts, path, group = fleet_hosts(c, fleet, inventory, limit)
-    if not (check or yes or sys.stdin.isatty()):
-        raise RestoreError(
-            "driver-restore changes hosts and there is no terminal to confirm on: pass --yes, "
-            "or --check to see the plan"
-        )
+    require_confirmation("driver-restore changes hosts", check=check, yes=yes, preview="to see the plan")
 
     def confirm(plan: Any) -> bool:
         if yes:
             return True
         names = [d.host for d in plan if d.changes_host]
-        answer = input(f"restore the driver on {len(names)} host(s): {', '.join(names)}? [y/N] ")
-        return answer.strip().lower() in ("y", "yes")
+        return ask(f"restore the driver on {len(names)} host(s): {', '.join(names)}")
 
     result = run(
         hosts,

@@ -2,12 +2,20 @@
 
 from __future__ import annotations
 
-import sys
 from typing import Any
 
 from invoke import Collection, Exit, task
 
-from commands import CHECK_HELP, FLEET_HELP, audit_options, edge, fleet_hosts, with_collections
+from commands import (
+    CHECK_HELP,
+    FLEET_HELP,
+    ask,
+    audit_options,
+    edge,
+    fleet_hosts,
+    require_confirmation,
+    with_collections,
+)
 
 
 @task(
@@ -47,16 +55,12 @@ def harden(  # type: ignore[no-untyped-def]
     from remediation.report.converge import print_harden_plan, print_harden_result
 
     check = bool(check or dry_run)
-    if not (check or yes or sys.stdin.isatty()):
-        raise UsageError(
-            "harden changes hosts and there is no terminal to confirm on: pass --yes, or --check to preview"
-        )
+    require_confirmation("harden changes hosts", check=check, yes=yes, preview="to preview")
     hosts, path, _group = fleet_hosts(c, fleet, inventory, limit)
     options = audit_options(c)
 
     def confirm(plan, preview):  # type: ignore[no-untyped-def]
-        answer = input(f"apply to {len(plan.to_change)} host(s): {', '.join(plan.to_change)}? [y/N] ")
-        return answer.strip().lower() in ("y", "yes")
+        return ask(f"apply to {len(plan.to_change)} host(s): {', '.join(plan.to_change)}")
 
     try:
         max_fail = int(max_fail_percentage)

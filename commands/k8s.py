@@ -9,6 +9,7 @@ from typing import Any
 from invoke import Collection, Exit, task
 
 from commands import edge, project_dir, read_input, settings
+from remediation.exitcodes import ExitCode
 
 
 def _k8s(c: Any) -> Any:
@@ -141,7 +142,7 @@ def diagnose_pending(  # type: ignore[no-untyped-def]
         print(pending_json(result))
     else:
         print_pending(result, console)
-    raise Exit(code=1 if result.findings else 0)
+    raise Exit(code=ExitCode.FINDINGS if result.findings else ExitCode.OK)
 
 
 @task(
@@ -191,7 +192,7 @@ def diagnose_latency(c, snapshot, facts=None, logs=None, metrics=None, format="t
         print(latency_json(result))
     else:
         print_latency(result, console)
-    raise Exit(code=1 if result.findings else 0)
+    raise Exit(code=ExitCode.FINDINGS if result.findings else ExitCode.OK)
 
 
 @task(

@@ -2,13 +2,23 @@
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 from typing import Any
 
 from invoke import Collection, Exit, task
 
-from commands import CHECK_HELP, FLEET_HELP, audit_options, edge, fleet_hosts, settings, under_project, with_collections
+from commands import (
+    CHECK_HELP,
+    FLEET_HELP,
+    ask,
+    audit_options,
+    edge,
+    fleet_hosts,
+    require_confirmation,
+    settings,
+    under_project,
+    with_collections,
+)
 
 
 def kernel_options(c: Any, **flags: Any) -> Any:
@@ -87,7 +97,6 @@ def kernel_update(  # type: ignore[no-untyped-def]
     Exit codes: 0 every host moved or current (or --check); 1 a host did not move; 2 bad input; 4 lock held.
     """
     from remediation.inventory import load
-    from remediation.kernelupdate.errors import KernelUpdateError
     from remediation.kernelupdate.flow import kernel_update as run
     from remediation.report.console import console
     from remediation.report.kernel_update_view import (
@@ -102,17 +111,13 @@ def kernel_update(  # type: ignore[no-untyped-def]
         max_failures=max_failures, force=force, reboot_timeout=reboot_timeout,
     )
     hosts, path, group = fleet_hosts(c, fleet, inventory, limit)
-    if not (check or yes or sys.stdin.isatty()):
-        raise KernelUpdateError(
-            "kernel-update changes hosts and there is no terminal to confirm on: pass --yes, or --check to see the plan"
-        )
+    require_confirmation("kernel-update changes hosts", check=check, yes=yes, preview="to see the plan")
 
     def confirm(plan: Any) -> bool:
         if yes:
             return True
         names = [p.host for p in plan if p.changes_host]
-        answer = input(f"update the kernel on {len(names)} host(s): {', '.join(names)}? [y/N] ")
-        return answer.strip().lower() in ("y", "yes")
+        return ask(f"update the kernel on {len(names)} host(s): {', '.join(names)}")
 
     result = run(
         hosts, path, audit_options(c), options, fleet=fleet, confirm=confirm,

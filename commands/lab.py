@@ -50,7 +50,7 @@ def the_lab(c: Any) -> Any:
 @edge
 def up(c, hosts=3, flavour=None, secure_boot=False, driver_branch=None, release=None):  # type: ignore[no-untyped-def]
     """Start the simulated GPU fleet (builds and caches the base image on first use)."""
-    from remediation.report.console import print_lab_up
+    from lab.report import print_lab_up
 
     result = the_lab(c).up(
         int(hosts), flavour=flavour, secure_boot=True if secure_boot else None, driver_branch=driver_branch,
@@ -71,7 +71,7 @@ def down(c, purge=False):  # type: ignore[no-untyped-def]
 @edge
 def lab_status(c):  # type: ignore[no-untyped-def]
     """Show each lab host: state, SSH, booted kernel, boot id, faults."""
-    from remediation.report.console import print_lab_status
+    from lab.report import print_lab_status
 
     print_lab_status(the_lab(c).status())
 

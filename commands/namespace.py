@@ -1,6 +1,6 @@
 """The project's task namespace: one collection per area from :mod:`commands`, with the typed config defaults.
 
-``tasks.py`` in the checkout exposes it to ``invoke``; :mod:`remediation.cli` (the ``gpufleet`` console script) gives
+``tasks.py`` in the checkout exposes it to ``invoke``; :mod:`commands.cli` (the ``gpufleet`` console script) gives
 it to :class:`invoke.Program` as its namespace, so an install (the wheel ships :mod:`commands`) runs the same tasks
 from any directory. The defaults of every typed config section are registered here with ``ns.configure``, so
 ``invoke.yaml`` and ``INVOKE_*`` variables only override them. ``invoke --list`` / ``gpufleet --list`` show every task.

@@ -7,7 +7,7 @@ from typing import Any
 
 from invoke import Collection, Exit, task
 
-from commands import edge, settings
+from commands import ask, edge, require_confirmation, settings
 
 _LOCATION = "Azure region, e.g. eastus"
 _SUBSCRIPTION = "subscription id or name (default: the one `az account set` selected)"
@@ -121,24 +121,18 @@ def request(  # type: ignore[no-untyped-def]
     usage included) or no `az login`; 3 ARM error; 5 Azure wants a support request (ContactSupport, never retried).
     """
     from remediation.azure import report
-    from remediation.azure.errors import AzureInputError
     from remediation.azure.run import check_format, quota_request
     from remediation.report.console import console
 
     fmt = check_format(format, ("table", "json"))
     check = bool(check or dry_run)
-    if not (check or yes or sys.stdin.isatty()):
-        raise AzureInputError(
-            "quota.request asks Azure for more quota and there is no terminal to confirm on: pass --yes, or --check"
-            " to see the request"
-        )
+    require_confirmation("quota.request asks Azure for more quota", check=check, yes=yes, preview="to see the request")
 
     def confirm(pending: Any) -> bool:
         if yes:
             return True
         report.print_request(console, pending)
-        answer = input(f"request a new {pending.family} limit of {pending.requested} in {pending.location}? [y/N] ")
-        return answer.strip().lower() in ("y", "yes")
+        return ask(f"request a new {pending.family} limit of {pending.requested} in {pending.location}")
 
     result = quota_request(_settings(c), location=location, family=family, limit=limit, check=check,
                            confirm=confirm, subscription=subscription)

@@ -8,6 +8,7 @@ from typing import Any
 from invoke import Collection, Exit, task
 
 from commands import FLEET_HELP, audit_options, edge, fleet_hosts, read_input, settings
+from remediation.exitcodes import ExitCode
 
 JOB_HELP = {
     "model": "built-in model: Llama-2-7b/13b/70b, Llama-3-8B/70B, Llama-3.2-1B/3B, Mistral-7B, Phi-3-mini, "
@@ -141,7 +142,7 @@ def plan(  # type: ignore[no-untyped-def]
         from remediation.report.console import console
 
         print_plan(console, result, rec)
-    raise Exit(code=0 if result.fits in (True, None) else 1)
+    raise Exit(code=ExitCode.OK if result.fits in (True, None) else ExitCode.FINDINGS)
 
 
 @task(
@@ -203,7 +204,7 @@ def diagnose_oom(  # type: ignore[no-untyped-def]
             print("no PyTorch/ROCm out-of-memory message in the text")
         else:
             print(render_text(DiagnoseResult("oom", result.facts, result.findings)))
-    raise Exit(code=1 if result.found else 0)
+    raise Exit(code=ExitCode.FINDINGS if result.found else ExitCode.OK)
 
 
 @task(
@@ -272,8 +273,8 @@ def monitor(  # type: ignore[no-untyped-def]
     if result.error:
         print(f"error: {result.error}", file=sys.stderr)
     if result.status in (Status.UNREACHABLE, Status.TIMED_OUT) and not result.samples:
-        raise Exit(code=3)
-    raise Exit(code=0 if result.ok else 1)
+        raise Exit(code=ExitCode.UNREACHABLE)
+    raise Exit(code=ExitCode.OK if result.ok else ExitCode.FINDINGS)
 
 
 ns: Any = Collection("train", plan, diagnose_oom, monitor)

@@ -20,6 +20,7 @@ from rich.rule import Rule
 from rich.table import Table
 
 from remediation.errors import UsageError
+from remediation.exitcodes import ExitCode
 from remediation.report.console import console
 
 if TYPE_CHECKING:
@@ -58,8 +59,8 @@ def scenes() -> list[Scene]:
     return [importlib.import_module(name).SCENE for name in SCENE_MODULES]
 
 
-def run_demo(lab: Lab, hosts: int, root: Path, only: Sequence[str] = ()) -> int:
-    """Play the scenes (all, or those named in ``only``); 0 when every one showed what it should, else 1."""
+def run_demo(lab: Lab, hosts: int, root: Path, only: Sequence[str] = ()) -> ExitCode:
+    """Play the scenes (all, or those named in ``only``); OK when every one showed what it should, else FINDINGS."""
     available = scenes()
     names = [s.name for s in available]
     unknown = [n for n in only if n not in names]
@@ -85,4 +86,4 @@ def run_demo(lab: Lab, hosts: int, root: Path, only: Sequence[str] = ()) -> int:
     console.print(table)
     failed = [scene.name for scene, ok, _ in results if not ok]
     console.print("demo: " + ("every scene showed what it should" if not failed else f"FAILED: {', '.join(failed)}"))
-    return 1 if failed else 0
+    return ExitCode.FINDINGS if failed else ExitCode.OK

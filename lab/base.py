@@ -30,10 +30,9 @@ import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
 
-from remediation.errors import LabError
-
 from . import packages
 from .config import LOGIN_UID, LOGIN_USER, LabConfig
+from .errors import LabError
 
 LAB_DIR = Path(__file__).resolve().parent
 NATIVE = LAB_DIR / "native"

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from remediation.errors import LabError
+from .errors import LabError
 
 MAX_HOSTS = 200
 DEFAULT_SKU = "Standard_NC48ads_A100_v4"

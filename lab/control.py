@@ -20,11 +20,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from remediation.errors import LabError
-
 from . import hardware, inventory, packages
 from .base import Base, ensure_base, ensure_release
 from .config import LOGIN_UID, LOGIN_USER, MAX_HOSTS, LabConfig, LabPaths
+from .errors import LabError
 
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
 #: What cloud-init (disable_root: true, Ubuntu's default) puts before root's key: a root login prints this and exits.

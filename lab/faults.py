@@ -14,10 +14,9 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from remediation.errors import LabError
-
 from . import hardware, packages
 from .control import Lab, require_root
+from .errors import LabError
 
 
 @dataclass(frozen=True)

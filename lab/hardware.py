@@ -10,8 +10,9 @@ import os
 import uuid
 from pathlib import Path
 
-from remediation.errors import LabError
 from remediation.skus import SIZES, VmSize
+
+from .errors import LabError
 
 # NVML clocks event reason bits (nvmlClocksEventReason*)
 GPU_IDLE = 0x1

@@ -29,10 +29,9 @@ from pathlib import Path
 
 import yaml
 
-from remediation.errors import LabError
-
 from .config import LOGIN_USER, LabConfig, test_prefix
 from .control import PROJECT_ROOT, Lab
+from .errors import LabError
 
 SLOTS = tuple(test_prefix(f"127.0.{n}") for n in range(50, 60))
 # Fixed prefixes for scenarios that run side by side in CI; the others hash into the remaining slots.

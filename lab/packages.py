@@ -75,7 +75,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from remediation.errors import LabError
+from .errors import LabError
 
 HOSTFILES = Path(__file__).resolve().parent / "hostfiles"
 

@@ -16,16 +16,12 @@ from typing import Any
 
 from .checks import Policy, run_fleet_checks
 from .errors import ProbeError
+from .exitcodes import ExitCode
 from .facts import HostFacts, facts_from_dict
 from .fanout import FanoutResult, HostRun, Status, fan_out
 from .findings import Finding, Severity
 from .inventory import Host
 from .probe import bundle
-
-EXIT_CLEAN = 0
-EXIT_FINDINGS = 1
-EXIT_BAD_INPUT = 2
-EXIT_UNREACHABLE = 3
 
 
 @dataclass(frozen=True)
@@ -89,14 +85,14 @@ class AuditResult:
     def not_probed(self) -> list[str]:
         return [h.host for h in self.hosts if not h.probed]
 
-    def exit_code(self, fail_on: Severity = Severity.CRITICAL, unreachable_exit: int = EXIT_UNREACHABLE) -> int:
+    def exit_code(self, fail_on: Severity = Severity.CRITICAL, unreachable_exit: int = ExitCode.UNREACHABLE) -> int:
         """1 when a finding is at or above ``fail_on``; else 3 (configurable) when a host could not be probed;
         else 0. Findings win: a broken GPU is the page, an unreachable host is in the report either way."""
         if any(f.severity.rank >= fail_on.rank for f in self.findings):
-            return EXIT_FINDINGS
+            return ExitCode.FINDINGS
         if self.not_probed:
             return unreachable_exit
-        return EXIT_CLEAN
+        return ExitCode.OK
 
     def to_dict(self) -> dict[str, Any]:
         return {

@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from remediation.errors import UsageError
+from remediation.exitcodes import ExitCode
 
 __all__ = [
     "POSITIVE",
@@ -251,7 +252,7 @@ class AuditSettings:
     timeout: float = field(default=60.0, metadata=POSITIVE)  # seconds for the whole probe on one host
     nvml_timeout: float = field(default=10.0, metadata=POSITIVE)  # seconds for NVML inside the probe
     fail_on: str = "critical"
-    unreachable_exit: int = 3
+    unreachable_exit: int = int(ExitCode.UNREACHABLE)  # a plain int: the defaults go into Invoke's config
     temp_alert_c: int = 78
     memory_full_pct: float = 95.0
     history_dir: str = ".audit"

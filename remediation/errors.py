@@ -6,11 +6,13 @@ one-line message and an exit code.
 
 from __future__ import annotations
 
+from .exitcodes import ExitCode
+
 
 class RemediationError(Exception):
     """Base of every error this project raises on purpose."""
 
-    exit_code = 2
+    exit_code: ExitCode = ExitCode.BAD_INPUT
 
 
 class UsageError(RemediationError):
@@ -43,10 +45,6 @@ class TemplateError(RemediationError):
 
 class ParseError(RemediationError):
     """Field text could not be classified."""
-
-
-class LabError(RemediationError):
-    """The simulated lab fleet cannot do what was asked."""
 
 
 class AoaiError(RemediationError):

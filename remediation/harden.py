@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from .audit import AuditOptions, AuditResult, run_audit
+from .exitcodes import ExitCode
 from .inventory import Host
 from .rollout.engine import StopReason
 from .runner import PlaybookResult, run_playbook
@@ -71,11 +72,11 @@ class HardenResult:
         return sorted(h.host for h in final.hosts if h.roles or h.blocked)
 
     @property
-    def exit_code(self) -> int:
-        """0 converged (or only previewed/declined); 1 a host is not hardened after the run."""
+    def exit_code(self) -> ExitCode:
+        """OK converged (or only previewed/declined); FINDINGS a host is not hardened after the run."""
         if self.stopped in (StopReason.PREVIEW, StopReason.DECLINED):
-            return 0
-        return 1 if self.not_converged else 0
+            return ExitCode.OK
+        return ExitCode.FINDINGS if self.not_converged else ExitCode.OK
 
 
 def plan(audit: AuditResult) -> HardenPlan:

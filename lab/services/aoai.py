@@ -39,8 +39,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
+from lab.errors import LabError
 from lab.services import LoopbackService, require_loopback
-from remediation.errors import LabError
 
 __all__ = ["DEFAULT_MAX_TOKENS", "Arrival", "FakeAzureOpenAI", "FakeDeployment"]
 

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from remediation import skus
+from remediation.exitcodes import ExitCode
 from remediation.findings import Finding
 
 from .client import ArmClient
@@ -124,8 +125,8 @@ class PoolsReport:
     findings: tuple[Finding, ...]
 
     @property
-    def exit_code(self) -> int:
-        return 1 if any(f.severity.rank >= 1 for f in self.findings) else 0
+    def exit_code(self) -> ExitCode:
+        return ExitCode.FINDINGS if any(f.severity.rank >= 1 for f in self.findings) else ExitCode.OK
 
 
 def headroom_for(pools: Sequence[NodePool], usages: Sequence[QuotaUsage]) -> tuple[Headroom, ...]:

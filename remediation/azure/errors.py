@@ -8,6 +8,7 @@ request (``ContactSupport``). No message ever carries a token.
 from __future__ import annotations
 
 from remediation.errors import AzureApiError
+from remediation.exitcodes import ExitCode
 
 __all__ = [
     "ArmError",
@@ -30,7 +31,7 @@ class AzureLoginError(AzureApiError):
 class ArmError(AzureApiError):
     """An ARM call failed (after the retries it is allowed); carries ARM's ``code`` and ``message``."""
 
-    exit_code = 3
+    exit_code = ExitCode.UNREACHABLE
 
     def __init__(self, message: str, *, status: int | None = None, code: str = "", arm_message: str = "",
                  request_id: str = "") -> None:
@@ -44,10 +45,10 @@ class ArmError(AzureApiError):
 class QuotaRequestFailed(AzureApiError):
     """A quota request ended ``Failed`` or ``Invalid`` (other than ``ContactSupport``)."""
 
-    exit_code = 1
+    exit_code = ExitCode.FINDINGS
 
 
 class ContactSupportError(AzureApiError):
     """Azure will not raise this quota automatically: a support request is the way (never retried)."""
 
-    exit_code = 5
+    exit_code = ExitCode.CONTACT_SUPPORT

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from remediation import skus
+from remediation.exitcodes import ExitCode
 
 from .client import ArmClient, LroOutcome
 from .errors import AzureInputError, ContactSupportError, QuotaRequestFailed
@@ -209,8 +210,8 @@ class UsageReport:
         return tuple(u for u in self.rows if u.at_or_over(self.threshold_pct))
 
     @property
-    def exit_code(self) -> int:
-        return 1 if self.flagged else 0
+    def exit_code(self) -> ExitCode:
+        return ExitCode.FINDINGS if self.flagged else ExitCode.OK
 
 
 def usage_report(
@@ -277,8 +278,8 @@ class QuotaPlan:
         return self.family.fits and (self.regional is None or self.regional.fits)
 
     @property
-    def exit_code(self) -> int:
-        return 0 if self.fits else 1
+    def exit_code(self) -> ExitCode:
+        return ExitCode.OK if self.fits else ExitCode.FINDINGS
 
 
 def check_size(name: str | None) -> skus.VmSize:
@@ -348,9 +349,9 @@ class QuotaRequestResult:
     throttled: int = 0
 
     @property
-    def exit_code(self) -> int:
-        """0: granted, already sufficient, checked or declined (failures are raised, with their own codes)."""
-        return 0
+    def exit_code(self) -> ExitCode:
+        """OK: granted, already sufficient, checked or declined (failures are raised, with their own codes)."""
+        return ExitCode.OK
 
 
 def request_quota(

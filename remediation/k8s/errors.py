@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from remediation.errors import RemediationError, TemplateError
+from remediation.exitcodes import ExitCode
 
 __all__ = ["K8sApiError", "K8sError", "SnapshotError", "ValuesError"]
 
@@ -22,4 +23,4 @@ class ValuesError(TemplateError, K8sError):
 class K8sApiError(K8sError):
     """The Kubernetes API could not be asked (kubeconfig, connection, an API error)."""
 
-    exit_code = 3
+    exit_code = ExitCode.UNREACHABLE

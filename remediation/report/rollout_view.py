@@ -11,6 +11,7 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
+from remediation.exitcodes import ExitCode
 from remediation.report.markdown import code, fence, inline
 from remediation.rollout.engine import StopReason
 from remediation.rollout.lock import describe_lease
@@ -97,7 +98,7 @@ def print_outcomes(console: Console, result: Rollout[Any, Any, Any], state: Call
         console.print(Text(result.stop_detail or result.stopped.value, style="red"))
     for lease in lease_lines(result):
         console.print(lease, markup=False)
-    console.print(ok if result.exit_code == 0 else f"[red]{not_ok}[/red]")
+    console.print(ok if result.exit_code == ExitCode.OK else f"[red]{not_ok}[/red]")
 
 
 def outcome_lines(o: _Outcome, status: str) -> list[str]:

@@ -217,9 +217,9 @@ def exit_code_meaning(
     result: AuditResult, fail_on: Severity = Severity.CRITICAL, unreachable_exit: int | None = None
 ) -> str:
     """One line: the exit code ``AuditResult.exit_code`` gives for these options, and why."""
-    from remediation.audit import EXIT_UNREACHABLE
+    from remediation.exitcodes import ExitCode
 
-    unreachable = EXIT_UNREACHABLE if unreachable_exit is None else unreachable_exit
+    unreachable = ExitCode.UNREACHABLE if unreachable_exit is None else unreachable_exit
     code = result.exit_code(fail_on, unreachable)
     failing = sum(1 for f in result.findings if f.severity.rank >= fail_on.rank)
     if failing:

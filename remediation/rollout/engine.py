@@ -32,6 +32,7 @@ from typing import Any, Generic, Protocol, TypeVar
 
 from remediation.audit import AuditOptions, AuditResult, HostAudit, run_audit
 from remediation.errors import RunnerError
+from remediation.exitcodes import ExitCode
 from remediation.fanout import Status, fan_out
 from remediation.inventory import Host
 from remediation.runner import HostState, PlaybookResult
@@ -209,12 +210,13 @@ class Rollout(Generic[S, P, OutT]):
         return [o for o in self.outcomes if self.verdicts.get(o.host) is Verdict.FAILED]
 
     @property
-    def exit_code(self) -> int:
-        """0: every host done or unchanged, or the plan only (preview, declined); 1: a host is not (also when nothing
-        was to do because every host that needs a change is left alone)."""
+    def exit_code(self) -> ExitCode:
+        """OK: every host done or unchanged, or the plan only (preview, declined); FINDINGS: a host is not (also when
+        nothing was to do because every host that needs a change is left alone)."""
         if self.stopped in (StopReason.PREVIEW, StopReason.DECLINED):
-            return 0
-        return 0 if all(v in (Verdict.DONE, Verdict.UNCHANGED) for v in self.verdicts.values()) else 1
+            return ExitCode.OK
+        done = all(v in (Verdict.DONE, Verdict.UNCHANGED) for v in self.verdicts.values())
+        return ExitCode.OK if done else ExitCode.FINDINGS
 
 
 def new_run_id() -> str:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from remediation.errors import RemediationError
+from remediation.exitcodes import ExitCode
 
 
 class RolloutError(RemediationError):
@@ -12,4 +13,4 @@ class RolloutError(RemediationError):
 class LockHeldError(RolloutError):
     """Another rolling change holds the fleet's lock or a host's lease."""
 
-    exit_code = 4
+    exit_code = ExitCode.LOCK_HELD

@@ -7,9 +7,9 @@ from collections.abc import Iterator
 import httpx
 import pytest
 
+from lab.errors import LabError
 from lab.services.aoai import FakeAzureOpenAI, FakeDeployment
 from remediation.aoai import text
-from remediation.errors import LabError
 
 V = "2024-10-21"
 

@@ -1,6 +1,6 @@
 """The program's edges through the real CLI: bad config, bad stdin, bad numbers, empty groups, closed pipes.
 
-Each case runs ``python -m invoke`` (or ``python -m remediation.cli``, the ``gpufleet`` console script) in a
+Each case runs ``python -m invoke`` (or ``python -m commands.cli``, the ``gpufleet`` console script) in a
 subprocess and asserts the exit code and that stderr is one line, never a traceback. No case reaches a host.
 """
 
@@ -17,7 +17,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 INVOKE = [sys.executable, "-m", "invoke"]
-GPUFLEET = [sys.executable, "-m", "remediation.cli"]
+GPUFLEET = [sys.executable, "-m", "commands.cli"]
 SMI = (
     "NVIDIA-SMI has failed because it couldn't communicate with the NVIDIA driver. Make sure that the latest NVIDIA "
     "driver is installed and running.\n"
@@ -109,7 +109,7 @@ def test_a_pipe_closed_before_the_first_write_is_exit_141() -> None:
 
 def test_a_closed_pipe_on_the_task_list_ends_quietly() -> None:
     r = subprocess.run(
-        ["bash", "-c", f"set -o pipefail; {sys.executable} -m remediation.cli --list | head -n 1"],
+        ["bash", "-c", f"set -o pipefail; {sys.executable} -m commands.cli --list | head -n 1"],
         cwd=ROOT,
         capture_output=True,
         text=True,

@@ -64,7 +64,7 @@ def installed(built: Built, tmp_path_factory: pytest.TempPathFactory) -> Install
 def test_the_library_tasks_and_templates_come_from_the_install(installed: Installed) -> None:
     assert not any(str(ROOT) in value for value in installed.env.values())
     proc = installed.python(
-        "import json, sys, commands.namespace, remediation, remediation.cli\n"
+        "import json, sys, commands.namespace, remediation, commands.cli\n"
         "from remediation.k8s.render import TEMPLATES\n"
         "from remediation.aoai.templates import TEMPLATES as AZURE\n"
         "print(json.dumps({'path': sys.path, 'lib': remediation.__file__, 'tasks': commands.namespace.__file__,\n"

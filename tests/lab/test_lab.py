@@ -13,8 +13,8 @@ import pytest
 import yaml
 
 from lab import hardware
+from lab.errors import LabError
 from lab.faults import inject
-from remediation.errors import LabError
 from tests.conftest import ROOT, ssh
 
 pytestmark = pytest.mark.lab

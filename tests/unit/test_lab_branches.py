@@ -10,7 +10,7 @@ import pytest
 
 from lab import packages
 from lab.config import LabConfig
-from remediation.errors import LabError
+from lab.errors import LabError
 
 AZ = "6.5.0-1025-azure"
 

@@ -10,7 +10,7 @@ import pytest
 
 from lab import boot, hardware, packages
 from lab.config import LabConfig
-from remediation.errors import LabError
+from lab.errors import LabError
 
 
 def _root(tmp_path: Path, kernels: list[str], grub: str | None = None) -> Path:

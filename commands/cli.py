@@ -37,9 +37,10 @@ from invoke import Exit, ParseError, Program
 from invoke.config import AmbiguousMergeError, UnknownFileType
 from invoke.vendor import yaml as invoke_yaml
 
+from remediation.exitcodes import ExitCode
+
 __all__ = ["FleetProgram", "main", "program"]
 
-BROKEN_PIPE_EXIT = 141  # as commands.BROKEN_PIPE_EXIT: 128 + SIGPIPE
 #: Positional arguments that mean "stdin" when text is piped in and they are not given.
 STDIN_POSITIONALS = frozenset({"file"})
 
@@ -88,15 +89,17 @@ def _shape_error(config: Any) -> str | None:
 
 @contextmanager
 def _edge(config: Any = None) -> Iterator[None]:
-    """Invoke's and the config loader's errors as ``Exit(message, code=2)``; Program prints the message."""
+    """Invoke's and the config loader's errors as ``Exit(message, code=ExitCode.BAD_INPUT)``; Program prints it."""
     try:
         yield
     except ParseError as exc:
-        raise Exit(f"error: {_one_line(exc)}; see gpufleet --help or gpufleet TASK --help", code=2) from None
+        raise Exit(
+            f"error: {_one_line(exc)}; see gpufleet --help or gpufleet TASK --help", code=ExitCode.BAD_INPUT
+        ) from None
     except AmbiguousMergeError as exc:
-        raise Exit(f"error: {_shape_error(config) or _config_error(exc)}", code=2) from None
+        raise Exit(f"error: {_shape_error(config) or _config_error(exc)}", code=ExitCode.BAD_INPUT) from None
     except _LOAD_ERRORS as exc:
-        raise Exit(f"error: {_config_error(exc)}", code=2) from None
+        raise Exit(f"error: {_config_error(exc)}", code=ExitCode.BAD_INPUT) from None
 
 
 class FleetProgram(Program):
@@ -110,7 +113,7 @@ class FleetProgram(Program):
                 sys.stdout.flush()
         except BrokenPipeError:
             _quiet_stdout()
-            sys.exit(BROKEN_PIPE_EXIT)
+            sys.exit(ExitCode.BROKEN_PIPE)
 
     def create_config(self) -> None:
         with _edge():
@@ -175,7 +178,9 @@ class FleetProgram(Program):
             return False
         if sys.stdin is None or sys.stdin.isatty():
             pipe = f"... | {self.name} {context.name} -"
-            raise Exit(f"error: {context.name}: no input: give a FILE, or pipe the text in ({pipe})", code=2)
+            raise Exit(
+                f"error: {context.name}: no input: give a FILE, or pipe the text in ({pipe})", code=ExitCode.BAD_INPUT
+            )
         names = {context.name, *context.aliases}
         unparsed = self.core.unparsed
         at = next((i for i, token in enumerate(unparsed) if token in names), None)

@@ -1,0 +1,43 @@
+"""The library stands alone: nothing under ``remediation/`` imports the lab, the tasks, the demo or the tests (not
+even for type checking), and the lab's exception lives in the lab."""
+
+from __future__ import annotations
+
+import ast
+
+from tests.conftest import ROOT
+
+OUTSIDE = ("lab", "commands", "demo", "tests", "tasks", "bench")
+
+
+def _imported(tree: ast.AST) -> list[tuple[int, str]]:
+    names: list[tuple[int, str]] = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            names.extend((node.lineno, alias.name) for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            names.append((node.lineno, node.module))
+    return names
+
+
+def test_the_library_imports_nothing_outside_it() -> None:
+    offenders = [
+        f"{path.relative_to(ROOT)}:{line}: {name}"
+        for path in sorted((ROOT / "remediation").rglob("*.py"))
+        for line, name in _imported(ast.parse(path.read_text(), str(path)))
+        if name.split(".")[0] in OUTSIDE
+    ]
+    assert offenders == [], "remediation/ must not import these (move the code to where it belongs):\n" + "\n".join(
+        offenders
+    )
+
+
+def test_lab_error_is_the_labs() -> None:
+    import remediation.errors
+    from lab.errors import LabError
+    from remediation.errors import RemediationError
+    from remediation.exitcodes import ExitCode
+
+    assert not hasattr(remediation.errors, "LabError")
+    assert LabError.__module__ == "lab.errors"
+    assert issubclass(LabError, RemediationError) and LabError.exit_code == ExitCode.BAD_INPUT
