@@ -23,6 +23,7 @@ it is another service. :func:`parse` never raises.
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from remediation.aoai.hints import BODY_HINT, hint_from_body, http_date_seconds
@@ -231,75 +232,150 @@ def parse(text: str) -> RateLimitText:
         return _EMPTY
 
 
+# ---------------------------------------------------------------------------------------------------------------
+# Rules. Each table is walked in order and the first rule that applies decides, as the old if-chains did.
+
+
+@dataclass(frozen=True)
+class _Seen:
+    """What the rules read: the unescaped text, its headers and the rate-limit sentence (either wording)."""
+
+    text: str
+    headers: dict[str, str]
+    newer: re.Match[str] | None  # "Your requests to MODEL for DEPLOYMENT in REGION have exceeded ..."
+    wording: re.Match[str] | None  # the newer wording, else the classic "Requests to the OP Operation under ..."
+    kind_word: str  # "token", "call", "request" from the wording, else ""
+    policy: str | None  # the policy-id header
+    capacity: bool  # peak load / high demand
+
+
+@dataclass(frozen=True)
+class _Hint:
+    seconds: float | None
+    source: str | None
+    date: str | None  # an HTTP-date Retry-After, as written
+
+
+@dataclass(frozen=True)
+class _HintRule:
+    """One source of the retry hint: ``read(seen)`` gives the hint it states, or None to ask the next source."""
+
+    name: str
+    read: Callable[[_Seen], _Hint | None]
+
+
+def _hint_ms(seen: _Seen) -> _Hint | None:
+    ms = _plain(seen.headers.get("retry-after-ms"))
+    return _Hint(ms / 1000.0, "retry-after-ms", None) if ms is not None else None
+
+
+def _hint_retry_after(seen: _Seen) -> _Hint | None:
+    """Seconds, or an HTTP-date measured from the text's own Date header (kept, seconds None, without one)."""
+    value = seen.headers.get("retry-after")
+    if value is None:
+        return None
+    if _plain(value) is not None:
+        return _Hint(_plain(value), "retry-after", None)
+    if not re.match(r"\s*[A-Za-z]{3},", value):
+        return None
+    base = seen.headers.get("date")
+    from email.utils import mktime_tz, parsedate_tz
+
+    parsed_base = parsedate_tz(base) if base else None
+    dated = http_date_seconds(value, float(mktime_tz(parsed_base)) if parsed_base else None)
+    return _Hint(dated, "http-date", value) if dated is not None else _Hint(None, None, value)
+
+
+def _hint_body(seen: _Seen) -> _Hint | None:
+    body_hint = hint_from_body(seen.text)
+    return _Hint(body_hint.seconds, "body", None) if body_hint is not None else None
+
+
+_HINT_RULES: tuple[_HintRule, ...] = (
+    _HintRule("retry-after-ms header (milliseconds)", _hint_ms),
+    _HintRule("retry-after header: seconds or an HTTP-date", _hint_retry_after),
+    _HintRule('the body: "retry after N seconds" / "Try again in N seconds"', _hint_body),
+)
+
+
+@dataclass(frozen=True)
+class _KindRule:
+    """``kind`` is the limit kind when ``applies(seen)``."""
+
+    name: str
+    applies: Callable[[_Seen], bool]
+    kind: str  # tokens | requests | unknown
+
+
+def _word_is(*words: str) -> Callable[[_Seen], bool]:
+    return lambda seen: seen.kind_word in words
+
+
+def _policy_says(*words: str) -> Callable[[_Seen], bool]:
+    return lambda seen: bool(seen.policy) and any(w in (seen.policy or "").lower() for w in words)
+
+
+def _text_says(pattern: re.Pattern[str]) -> Callable[[_Seen], bool]:
+    return lambda seen: bool(pattern.search(seen.text))
+
+
+_KIND_RULES: tuple[_KindRule, ...] = (
+    _KindRule("the sentence says a token rate limit", _word_is("token"), "tokens"),
+    _KindRule("the sentence says a call or request rate limit", _word_is("call", "request"), "requests"),
+    _KindRule("the policy-id names tokens", _policy_says("token"), "tokens"),
+    _KindRule("the policy-id names calls or requests", _policy_says("call", "request"), "requests"),
+    _KindRule("a capacity 429 (peak load) is not the caller's quota", lambda seen: seen.capacity, "unknown"),
+    _KindRule("tokens per minute, TPM, DeploymentRatelimit-Token", _text_says(_KIND_TOKENS), "tokens"),
+    _KindRule("requests per minute, RPM, DeploymentRatelimit-Call", _text_says(_KIND_REQUESTS), "requests"),
+)
+
+
+@dataclass(frozen=True)
+class _DeploymentRule:
+    """Where the deployment is named: ``find(seen)`` gives the name and the span to cite (None: none to add)."""
+
+    name: str
+    find: Callable[[_Seen], tuple[str, tuple[int, int] | None] | None]
+
+
+def _deployment_newer(seen: _Seen) -> tuple[str, tuple[int, int] | None] | None:
+    return (seen.newer.group("dep"), None) if seen.newer else None
+
+
+def _deployment_in(pattern: re.Pattern[str]) -> Callable[[_Seen], tuple[str, tuple[int, int] | None] | None]:
+    def find(seen: _Seen) -> tuple[str, tuple[int, int] | None] | None:
+        m = pattern.search(seen.text)
+        return (m.group(1), m.span()) if m else None
+
+    return find
+
+
+_DEPLOYMENT_RULES: tuple[_DeploymentRule, ...] = (
+    _DeploymentRule('the newer wording: "Your requests to MODEL for DEPLOYMENT in REGION"', _deployment_newer),
+    _DeploymentRule("an /openai/deployments/NAME/ path", _deployment_in(_DEPLOYMENT_PATH)),
+    _DeploymentRule("a deployment / ModelDeploymentName field", _deployment_in(_DEPLOYMENT_FIELD)),
+)
+
+
 def _parse(raw: str) -> RateLimitText:
     text = _unescape((raw or "")[:_MAX_TEXT])
-    spans: list[tuple[int, int]] = []
     headers = _headers(text)
-
-    # retry hint, by precedence
-    seconds: float | None = None
-    source: str | None = None
-    date_value: str | None = None
-    ms = _plain(headers.get("retry-after-ms"))
-    if ms is not None:
-        seconds, source = ms / 1000.0, "retry-after-ms"
-    if seconds is None and "retry-after" in headers:
-        value = headers["retry-after"]
-        if _plain(value) is not None:
-            seconds, source = _plain(value), "retry-after"
-        elif re.match(r"\s*[A-Za-z]{3},", value):
-            date_value = value
-            base = headers.get("date")
-            from email.utils import mktime_tz, parsedate_tz
-
-            parsed_base = parsedate_tz(base) if base else None
-            dated = http_date_seconds(value, float(mktime_tz(parsed_base)) if parsed_base else None)
-            if dated is not None:
-                seconds, source = dated, "http-date"
-    if seconds is None and date_value is None:
-        body_hint = hint_from_body(text)
-        if body_hint is not None:
-            seconds, source = body_hint.seconds, "body"
-
     classic = _CLASSIC.search(text)
     newer = _NEWER.search(text)
     wording = newer or classic
-    if wording:
-        spans.append(wording.span())
     kind_word = (wording.group("kind").lower() if wording else "") or ""
     capacity = bool(_CAPACITY.search(text))
-    policy = headers.get("policy-id")
-    if kind_word == "token":
-        limit_kind = "tokens"
-    elif kind_word in ("call", "request"):
-        limit_kind = "requests"
-    elif policy and "token" in policy.lower():
-        limit_kind = "tokens"
-    elif policy and ("call" in policy.lower() or "request" in policy.lower()):
-        limit_kind = "requests"
-    elif capacity:
-        limit_kind = "unknown"
-    elif _KIND_TOKENS.search(text):
-        limit_kind = "tokens"
-    elif _KIND_REQUESTS.search(text):
-        limit_kind = "requests"
-    else:
-        limit_kind = "unknown"
+    seen = _Seen(text, headers, newer, wording, kind_word, headers.get("policy-id"), capacity)
+    spans: list[tuple[int, int]] = [wording.span()] if wording else []
 
-    deployment = model = region = None
-    if newer:
-        deployment, model, region = newer.group("dep"), newer.group("model"), newer.group("region").strip()
-    if deployment is None:
-        path = _DEPLOYMENT_PATH.search(text)
-        if path:
-            deployment = path.group(1)
-            spans.append(path.span())
-    if deployment is None:
-        field = _DEPLOYMENT_FIELD.search(text)
-        if field:
-            deployment = field.group(1)
-            spans.append(field.span())
-    region = region or headers.get("x-ms-region")
+    hint = next((h for rule in _HINT_RULES if (h := rule.read(seen)) is not None), _Hint(None, None, None))
+    limit_kind = next((rule.kind for rule in _KIND_RULES if rule.applies(seen)), "unknown")
+    named = next((d for rule in _DEPLOYMENT_RULES if (d := rule.find(seen)) is not None), None)
+    deployment = named[0] if named else None
+    if named and named[1] is not None:
+        spans.append(named[1])
+    model = newer.group("model") if newer else None
+    region = (newer.group("region").strip() if newer else None) or headers.get("x-ms-region")
 
     operation = wording.group("op") if wording and wording.groupdict().get("op") else None
     if operation is None:
@@ -338,9 +414,9 @@ def _parse(raw: str) -> RateLimitText:
     reset = headers.get("x-ratelimit-reset-tokens") or headers.get("x-rate-limit-reset-tokens")
     return RateLimitText(
         is_429=bool(status_match) or bool(wording),
-        retry_after_seconds=seconds,
-        hint_source=source,
-        retry_after_date=date_value,
+        retry_after_seconds=hint.seconds,
+        hint_source=hint.source,
+        retry_after_date=hint.date,
         limit_kind=limit_kind,
         deployment=deployment,
         model=model,
@@ -349,7 +425,7 @@ def _parse(raw: str) -> RateLimitText:
         tier=tier,
         region=region,
         error_code=code_match.group(1) if code_match else None,
-        policy_id=policy,
+        policy_id=seen.policy,
         capacity=capacity,
         reset_tokens_seconds=_seconds(reset),
         remaining_tokens=_int(headers.get("x-ratelimit-remaining-tokens")),

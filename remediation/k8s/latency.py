@@ -27,8 +27,8 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
 from decimal import Decimal
 from typing import Any
 
@@ -39,7 +39,7 @@ from remediation.findings import Finding, make_finding
 from remediation.k8s.errors import SnapshotError
 from remediation.k8s.modelload import ModelLoad
 from remediation.k8s.modelload import parse as parse_load
-from remediation.k8s.objects import Container, Event, Pod
+from remediation.k8s.objects import Container, Event, Node, Pod
 from remediation.k8s.snapshot import Snapshot
 
 __all__ = ["LatencyDiagnosis", "cpu_throttling", "diagnose_latency", "load_findings"]
@@ -265,6 +265,226 @@ def _memory_fix(container: Container | None) -> str:
 # --- the diagnosis ---------------------------------------------------------------------------------------------
 
 
+@dataclass(frozen=True)
+class _Case:
+    """What the latency rules read: the pod, its node and model server, and what the logs, events and metrics say."""
+
+    pod: Pod
+    node: Node | None
+    container: Container | None  # the model server's container
+    raw_container: Mapping[str, Any]
+    logs: str
+    load: ModelLoad | None
+    max_load: int  # the startup budget a fix sets: 1.5 x the measured load, in whole minutes, at least 300 s
+    restarts: list[Restart]
+    probe_kills: list[Event]  # liveness-probe kills seen in the events
+    disruptions: list[Disruption]
+    facts_doc: Any
+    own: float | None  # the pod's CFS throttled share
+    neighbours: list[Neighbour]
+    slow_load_s: float
+    cpu_throttle_ratio: float
+    temp_alert_c: int
+
+    @property
+    def load_s(self) -> float | None:
+        return self.load.load_seconds if self.load is not None else None
+
+    @property
+    def throttled(self) -> bool:
+        return self.own is not None and self.own >= self.cpu_throttle_ratio
+
+
+@dataclass
+class _Outcome:
+    """What one rule adds: findings, (finding id, template values) fixes, notes; the GPU rule also the host."""
+
+    findings: list[Finding] = field(default_factory=list)
+    fixes: list[tuple[str, str]] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+    gpu_host: str | None = None
+
+
+@dataclass(frozen=True)
+class _LatencyRule:
+    """One cause of a latency spike: ``check(case)`` says whether it is there and what fixes it."""
+
+    name: str
+    check: Callable[[_Case], _Outcome]
+
+
+def _oom_restarts(case: _Case) -> _Outcome:
+    oom = [r for r in case.restarts if r.reason == "OOMKilled"]
+    if not oom:
+        return _Outcome()
+    finding = make_finding(
+        "K8S-LAT-001",
+        ", ".join(f"container {r.container} restarted {r.count}x, last OOMKilled" for r in oom)
+        + (f"; each restart reloads the model ({case.load_s:.0f} s)" if case.load_s else ""),
+        [
+            f"{r.container}: restartCount {r.count}, lastState terminated OOMKilled (exit {r.exit_code}) at "
+            f"{r.finished or '?'}"
+            for r in oom
+        ],
+    )
+    return _Outcome([finding], [("K8S-LAT-001", _values({"resources": {"memory": _memory_fix(case.container)}}))])
+
+
+def _other_restarts(case: _Case) -> _Outcome:
+    other = [r for r in case.restarts if r.reason != "OOMKilled"]
+    if not (other or case.probe_kills):
+        return _Outcome()
+    parts = [
+        f"container {r.container} restarted {r.count}x, last {r.reason}"
+        + (f" (exit {r.exit_code})" if r.exit_code is not None else "")
+        for r in other
+    ]
+    if case.probe_kills:
+        parts.append(f"liveness probe killed it {sum(e.count for e in case.probe_kills)}x")
+    evidence = [
+        *(f"{r.container}: restartCount {r.count}, last {r.reason} exit {r.exit_code}" for r in other),
+        *(f"{e.reason}: {e.message}" for e in case.probe_kills),
+    ]
+    finding = make_finding("K8S-LAT-006", "; ".join(parts), evidence)
+    return _Outcome([finding], [("K8S-LAT-006", _values({"startup": {"maxLoadSeconds": case.max_load}}))])
+
+
+def _replaced(case: _Case) -> _Outcome:
+    if not case.disruptions:
+        return _Outcome()
+    kinds = ", ".join(dict.fromkeys(d.kind for d in case.disruptions))
+    finding = make_finding(
+        "K8S-LAT-002",
+        f"pod {case.pod.key} was replaced or moved ({kinds}): the new pod reloads the model"
+        + (f" ({case.load_s:.0f} s)" if case.load_s else ""),
+        [d.detail for d in case.disruptions],
+    )
+    out = _Outcome([finding])
+    values: dict[str, Any] = {"replicas": 2, "model": {"cache": {"enabled": True}}, "dedicated": {"enabled": True}}
+    if case.node is not None and case.node.spot:
+        values["gpuPool"] = {"name": "A-REGULAR-GPU-POOL"}
+        out.notes.append(f"node {case.node.name} is a spot node: inference belongs on a regular (on-demand) pool")
+    out.fixes.append(("K8S-LAT-002", _values(values)))
+    return out
+
+
+def _slow_load(case: _Case) -> _Outcome:
+    if case.load is None:
+        return _Outcome(notes=["the logs hold no model load line"] if case.logs.strip() else [])
+    slow = load_findings(case.load, case.slow_load_s)
+    values = {"model": {"cache": {"enabled": True}}, "startup": {"maxLoadSeconds": case.max_load}}
+    return _Outcome(slow, [("K8S-LAT-003", _values(values))] if slow else [])
+
+
+def _probes(case: _Case) -> _Outcome:
+    if case.container is None:
+        return _Outcome()
+    name = case.container.name
+    readiness = case.raw_container.get("readinessProbe")
+    startup = case.raw_container.get("startupProbe")
+    liveness = case.raw_container.get("livenessProbe")
+    problems = []
+    if not isinstance(readiness, Mapping):
+        problems.append(f"container {name} has no readiness probe: it takes traffic while loading")
+    elif "tcpSocket" in readiness or ("exec" in readiness and not readiness.get("httpGet")):
+        problems.append(
+            f"container {name}'s readiness probe does not ask the server whether the model is loaded (TCP/exec)"
+        )
+    load_s = case.load_s
+    if (
+        isinstance(liveness, Mapping)
+        and not isinstance(startup, Mapping)
+        and load_s is not None
+        and (_probe_budget(liveness) < load_s)
+    ):
+        problems.append(
+            f"liveness probe gives up after {_probe_budget(liveness):.0f} s, the load takes "
+            f"{load_s:.0f} s, and there is no startup probe: the load is killed and restarted"
+        )
+    if not problems:
+        return _Outcome()
+    server = case.load.server if case.load is not None else None
+    values = {
+        "readiness": {"path": READY_PATHS.get(server or "", "/health")},
+        "startup": {"maxLoadSeconds": case.max_load},
+    }
+    return _Outcome([make_finding("K8S-LAT-004", "; ".join(problems), problems)], [("K8S-LAT-004", _values(values))])
+
+
+def _gpu_heat(case: _Case) -> _Outcome:
+    from remediation.checks.evidence import from_facts
+    from remediation.checks.policy import Policy
+    from remediation.checks.thermal import temperature_alert, temperature_slowdown, throttle
+
+    out = _Outcome()
+    if case.facts_doc is None:
+        return out
+    if case.node is None and not case.pod.node_name:
+        out.notes.append("the pod is on no node: GPU facts not matched")
+    facts, out.gpu_host = _gpu_facts(case.facts_doc, case.pod.node_name)
+    if facts is None:
+        out.notes.append(f"no host {case.pod.node_name} in the facts document")
+        return out
+    ev = from_facts(facts, Policy(temp_alert_c=case.temp_alert_c))  # the audit's own GPU-THM rules
+    out.findings = [*temperature_alert(ev), *temperature_slowdown(ev), *throttle(ev)]
+    if out.findings:
+        out.notes.append(
+            "GPU heat: lower sustained utilisation (the server's batch size, e.g. vLLM "
+            "--max-num-seqs, in the inference values `args`) and alert on DCGM_FI_DEV_GPU_TEMP > "
+            f"{case.temp_alert_c} (invoke k8s.alerts)"
+        )
+    return out
+
+
+def _cpu(case: _Case) -> _Outcome:
+    noisy = [n for n in case.neighbours if (n.throttled or 0) >= case.cpu_throttle_ratio or not n.cpu_limited]
+    if not (case.throttled or noisy):
+        return _Outcome()
+    parts = []
+    evidence = []
+    if case.throttled:
+        parts.append(f"the model server is CPU-throttled in {case.own:.0%} of CFS periods")
+        evidence.append(f"{case.pod.key}: container_cpu_cfs_throttled_periods_total / periods = {case.own:.2f}")
+    if noisy:
+        parts.append(
+            f"it shares node {case.pod.node_name} with {len(case.neighbours)} pod(s), "
+            f"{len(noisy)} of them CPU-hungry (throttled or without a CPU limit)"
+        )
+        evidence.extend(
+            f"neighbour {n.pod}: "
+            + (f"throttled {n.throttled:.0%}" if n.throttled is not None else "no metrics")
+            + ("" if n.cpu_limited else ", no CPU limit")
+            for n in noisy
+        )
+    cpu = case.container.effective_requests().get("cpu") if case.container is not None else None
+    cpu_values: dict[str, Any] = {"dedicated": {"enabled": True}}
+    if case.throttled:
+        cpu_values["resources"] = {"cpu": str(math.ceil(cpu * 2)) if cpu is not None else "8"}
+    return _Outcome([make_finding("K8S-LAT-005", "; ".join(parts), evidence)], [("K8S-LAT-005", _values(cpu_values))])
+
+
+_LATENCY_RULES: tuple[_LatencyRule, ...] = (
+    _LatencyRule("K8S-LAT-001: a container restarted after an OOM kill", _oom_restarts),
+    _LatencyRule("K8S-LAT-006: other restarts, or liveness-probe kills", _other_restarts),
+    _LatencyRule("K8S-LAT-002: the pod was replaced or moved (eviction, drain, preemption, spot)", _replaced),
+    _LatencyRule("K8S-LAT-003: a slow model load (a note when the logs hold none)", _slow_load),
+    _LatencyRule("K8S-LAT-004: probes that let traffic in while loading, or kill the load", _probes),
+    _LatencyRule("GPU-THM-*: the node's GPU heat, by the audit's own rules on its facts", _gpu_heat),
+    _LatencyRule("K8S-LAT-005: a CPU-throttled server or CPU-hungry neighbours", _cpu),
+)
+
+
+def _neighbours(snapshot: Snapshot, pod: Pod, throttling: Mapping[str, float]) -> list[Neighbour]:
+    """The other running pods on the pod's node (DaemonSet pods aside), their throttling and CPU limits."""
+    if not pod.node_name:
+        return []
+    return [
+        Neighbour(p.key, throttling.get(p.key), bool(p.containers) and all("cpu" in c.limits for c in p.containers))
+        for p in snapshot.pods
+        if p.node_name == pod.node_name and p.key != pod.key and not p.terminated and p.owner_kind != "DaemonSet"
+    ]
+
+
 def diagnose_latency(
     snapshot: Snapshot,
     logs: str = "",
@@ -284,200 +504,59 @@ def diagnose_latency(
 
     check_size(logs, logs_source, SnapshotError)
     check_size(metrics, metrics_source, SnapshotError)
-    from remediation.checks.evidence import from_facts
-    from remediation.checks.policy import Policy
-    from remediation.checks.thermal import temperature_alert, temperature_slowdown, throttle
+    from remediation.checks import evidence, policy, thermal  # noqa: F401  # loaded here as before (for _gpu_heat)
 
     pod = snapshot.pod
     if pod is None:
         raise SnapshotError(f"{snapshot.source or 'snapshot'}: pod.json is missing (the inference pod)")
     node = snapshot.node(pod.node_name) if pod.node_name else None
-    findings: list[Finding] = []
-    fixes: list[tuple[str, str]] = []
-    notes: list[str] = []
     container, raw_container = _server_container(pod)
     load = parse_load(logs) if logs.strip() else None
     load_s = load.load_seconds if load is not None else None
-    server = load.server if load is not None else None
     max_load = max(300, math.ceil((load_s or 0) * 1.5 / 60) * 60)
-
     restarts = _restarts(pod)
     probe_kills = [
         e
         for e in snapshot.events
         if _related(pod, e) and e.reason in ("Unhealthy", "Killing") and "liveness" in e.message.lower()
     ]
-    oom = [r for r in restarts if r.reason == "OOMKilled"]
-    if oom:
-        findings.append(
-            make_finding(
-                "K8S-LAT-001",
-                ", ".join(f"container {r.container} restarted {r.count}x, last OOMKilled" for r in oom)
-                + (f"; each restart reloads the model ({load_s:.0f} s)" if load_s else ""),
-                [
-                    f"{r.container}: restartCount {r.count}, lastState terminated OOMKilled (exit {r.exit_code}) at "
-                    f"{r.finished or '?'}"
-                    for r in oom
-                ],
-            )
-        )
-        fixes.append(("K8S-LAT-001", _values({"resources": {"memory": _memory_fix(container)}})))
-    other = [r for r in restarts if r.reason != "OOMKilled"]
-    if other or probe_kills:
-        parts = [
-            f"container {r.container} restarted {r.count}x, last {r.reason}"
-            + (f" (exit {r.exit_code})" if r.exit_code is not None else "")
-            for r in other
-        ]
-        if probe_kills:
-            parts.append(f"liveness probe killed it {sum(e.count for e in probe_kills)}x")
-        findings.append(
-            make_finding(
-                "K8S-LAT-006",
-                "; ".join(parts),
-                [
-                    *(f"{r.container}: restartCount {r.count}, last {r.reason} exit {r.exit_code}" for r in other),
-                    *(f"{e.reason}: {e.message}" for e in probe_kills),
-                ],
-            )
-        )
-        fixes.append(("K8S-LAT-006", _values({"startup": {"maxLoadSeconds": max_load}})))
-
     disruptions = _disruptions(pod, snapshot.events, bool(node and node.spot))
-    if disruptions:
-        kinds = ", ".join(dict.fromkeys(d.kind for d in disruptions))
-        findings.append(
-            make_finding(
-                "K8S-LAT-002",
-                f"pod {pod.key} was replaced or moved ({kinds}): the new pod reloads the model"
-                + (f" ({load_s:.0f} s)" if load_s else ""),
-                [d.detail for d in disruptions],
-            )
-        )
-        values: dict[str, Any] = {"replicas": 2, "model": {"cache": {"enabled": True}}, "dedicated": {"enabled": True}}
-        if node is not None and node.spot:
-            values["gpuPool"] = {"name": "A-REGULAR-GPU-POOL"}
-            notes.append(f"node {node.name} is a spot node: inference belongs on a regular (on-demand) pool")
-        fixes.append(("K8S-LAT-002", _values(values)))
-
-    if load is not None:
-        slow = load_findings(load, slow_load_s)
-        findings.extend(slow)
-        if slow:
-            fixes.append(
-                (
-                    "K8S-LAT-003",
-                    _values(
-                        {
-                            "model": {"cache": {"enabled": True}},
-                            "startup": {"maxLoadSeconds": max_load},
-                        }
-                    ),
-                )
-            )
-    elif logs.strip():
-        notes.append("the logs hold no model load line")
-
-    if container is not None:
-        readiness = raw_container.get("readinessProbe")
-        startup = raw_container.get("startupProbe")
-        liveness = raw_container.get("livenessProbe")
-        problems = []
-        if not isinstance(readiness, Mapping):
-            problems.append(f"container {container.name} has no readiness probe: it takes traffic while loading")
-        elif "tcpSocket" in readiness or ("exec" in readiness and not readiness.get("httpGet")):
-            problems.append(
-                f"container {container.name}'s readiness probe does not ask the server whether the "
-                "model is loaded (TCP/exec)"
-            )
-        if (
-            isinstance(liveness, Mapping)
-            and not isinstance(startup, Mapping)
-            and load_s is not None
-            and (_probe_budget(liveness) < load_s)
-        ):
-            problems.append(
-                f"liveness probe gives up after {_probe_budget(liveness):.0f} s, the load takes "
-                f"{load_s:.0f} s, and there is no startup probe: the load is killed and restarted"
-            )
-        if problems:
-            findings.append(make_finding("K8S-LAT-004", "; ".join(problems), problems))
-            fixes.append(
-                (
-                    "K8S-LAT-004",
-                    _values(
-                        {
-                            "readiness": {"path": READY_PATHS.get(server or "", "/health")},
-                            "startup": {"maxLoadSeconds": max_load},
-                        }
-                    ),
-                )
-            )
-
-    gpu_host: str | None = None
-    if facts_doc is not None:
-        if node is None and not pod.node_name:
-            notes.append("the pod is on no node: GPU facts not matched")
-        facts, gpu_host = _gpu_facts(facts_doc, pod.node_name)
-        if facts is None:
-            notes.append(f"no host {pod.node_name} in the facts document")
-        else:
-            ev = from_facts(facts, Policy(temp_alert_c=temp_alert_c))  # the audit's own GPU-THM rules
-            heat = [*temperature_alert(ev), *temperature_slowdown(ev), *throttle(ev)]
-            findings.extend(heat)
-            if heat:
-                notes.append(
-                    "GPU heat: lower sustained utilisation (the server's batch size, e.g. vLLM "
-                    "--max-num-seqs, in the inference values `args`) and alert on DCGM_FI_DEV_GPU_TEMP > "
-                    f"{temp_alert_c} (invoke k8s.alerts)"
-                )
-
     throttling = cpu_throttling(metrics) if metrics.strip() else {}
-    own = throttling.get(pod.key)
-    neighbours: list[Neighbour] = []
-    if pod.node_name:
-        for other_pod in snapshot.pods:
-            if other_pod.node_name != pod.node_name or other_pod.key == pod.key or other_pod.terminated:
-                continue
-            if other_pod.owner_kind == "DaemonSet":
-                continue
-            limited = bool(other_pod.containers) and all("cpu" in c.limits for c in other_pod.containers)
-            neighbours.append(Neighbour(other_pod.key, throttling.get(other_pod.key), limited))
-    noisy = [n for n in neighbours if (n.throttled or 0) >= cpu_throttle_ratio or not n.cpu_limited]
-    if (own is not None and own >= cpu_throttle_ratio) or noisy:
-        parts = []
-        evidence = []
-        if own is not None and own >= cpu_throttle_ratio:
-            parts.append(f"the model server is CPU-throttled in {own:.0%} of CFS periods")
-            evidence.append(f"{pod.key}: container_cpu_cfs_throttled_periods_total / periods = {own:.2f}")
-        if noisy:
-            parts.append(
-                f"it shares node {pod.node_name} with {len(neighbours)} pod(s), "
-                f"{len(noisy)} of them CPU-hungry (throttled or without a CPU limit)"
-            )
-            evidence.extend(
-                f"neighbour {n.pod}: "
-                + (f"throttled {n.throttled:.0%}" if n.throttled is not None else "no metrics")
-                + ("" if n.cpu_limited else ", no CPU limit")
-                for n in noisy
-            )
-        findings.append(make_finding("K8S-LAT-005", "; ".join(parts), evidence))
-        cpu = container.effective_requests().get("cpu") if container is not None else None
-        cpu_values: dict[str, Any] = {"dedicated": {"enabled": True}}
-        if own is not None and own >= cpu_throttle_ratio:
-            cpu_values["resources"] = {"cpu": str(math.ceil(cpu * 2)) if cpu is not None else "8"}
-        fixes.append(("K8S-LAT-005", _values(cpu_values)))
-
+    case = _Case(
+        pod=pod,
+        node=node,
+        container=container,
+        raw_container=raw_container,
+        logs=logs,
+        load=load,
+        max_load=max_load,
+        restarts=restarts,
+        probe_kills=probe_kills,
+        disruptions=disruptions,
+        facts_doc=facts_doc,
+        own=throttling.get(pod.key),
+        neighbours=_neighbours(snapshot, pod, throttling),
+        slow_load_s=slow_load_s,
+        cpu_throttle_ratio=cpu_throttle_ratio,
+        temp_alert_c=temp_alert_c,
+    )
+    out = _Outcome()
+    for rule in _LATENCY_RULES:  # every rule, in order
+        found = rule.check(case)
+        out.findings += found.findings
+        out.fixes += found.fixes
+        out.notes += found.notes
+        out.gpu_host = found.gpu_host if found.gpu_host is not None else out.gpu_host
     return LatencyDiagnosis(
         pod=pod.key,
         node=pod.node_name,
-        restarts=tuple(restarts),
+        restarts=tuple(case.restarts),
         disruptions=tuple(disruptions),
         load=load,
-        throttled=own,
-        neighbours=tuple(neighbours),
-        gpu_host=gpu_host,
-        findings=tuple(findings),
-        fixes=tuple(fixes),
-        notes=tuple(notes),
+        throttled=case.own,
+        neighbours=tuple(case.neighbours),
+        gpu_host=out.gpu_host,
+        findings=tuple(out.findings),
+        fixes=tuple(out.fixes),
+        notes=tuple(out.notes),
     )

@@ -16,7 +16,9 @@ failed build is not trusted: the failure stands.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
 
 from remediation.parsers._text import split_lines
 
@@ -133,6 +135,7 @@ _BUILDING_FAILED = re.compile(
     _A | re.I,
 )
 _MODULE_FAILED = re.compile(r"DKMS module '(?P<mv>[^']+)' failed to build", _A)
+_MODULE_NAMED = re.compile(r"DKMS module '(?P<mv>[^']+)'")
 _MODULE_MV = re.compile(r"^(?P<module>.+?)-(?P<version>[0-9]\S*)$", _A)
 _SKIP_HEADERS = (
     re.compile(r"Skipping kernel[- ]?(?P<kernel>[0-9]\S*?)\.?\s+(?P<reason>.*)$", _A),
@@ -186,175 +189,218 @@ def _kernel(raw: str) -> str:
     return raw[len("kernel-") :] if raw.startswith("kernel-") and raw[7:8].isdigit() else raw
 
 
-def parse(text: str) -> Dkms:
-    """Parse ``dkms status`` / DKMS build output. Never raises; other text gives an empty :class:`Dkms`."""
-    lines = [line.strip() for line in split_lines(text)]
-    entries: list[DkmsEntry] = []
-    failures: list[BuildFailure] = []
-    skipped: list[SkippedKernel] = []
-    installs: list[DkmsInstall] = []
-    errors: list[DkmsError] = []
-    dpkg: list[DpkgError] = []
-    triggers: list[str] = []
+@dataclass
+class _State:
+    """What :func:`parse` has found so far, and the context the build output has set (module, version, kernel)."""
 
+    lines: list[str]
+    entries: list[DkmsEntry] = field(default_factory=list)
+    failures: list[BuildFailure] = field(default_factory=list)
+    skipped: list[SkippedKernel] = field(default_factory=list)
+    installs: list[DkmsInstall] = field(default_factory=list)
+    errors: list[DkmsError] = field(default_factory=list)
+    dpkg: list[DpkgError] = field(default_factory=list)
+    triggers: list[str] = field(default_factory=list)
     module: str | None = None
     version: str | None = None
     kernel: str | None = None
     ko: str | None = None
-    reasons: list[str] = []
-    reason_lines: list[str] = []
+    reasons: list[str] = field(default_factory=list)
+    reason_lines: list[str] = field(default_factory=list)
 
-    def path_near(index: int) -> tuple[str | None, str | None]:
-        for j in range(index, min(index + 4, len(lines))):
-            p = _DKMS_PATH.search(lines[j])
+    def path_near(self, index: int) -> tuple[str | None, str | None]:
+        """Module and version of a ``/var/lib/dkms/M/V/`` path on the next lines, else the current context."""
+        for j in range(index, min(index + 4, len(self.lines))):
+            p = _DKMS_PATH.search(self.lines[j])
             if p:
                 return p.group("module"), p.group("version")
-        return module, version
+        return self.module, self.version
 
-    for i, line in enumerate(lines):
+    def path_line(self, index: int) -> list[str]:
+        """Line ``index`` when it carries a ``/var/lib/dkms/M/V/`` path (evidence for the line before it)."""
+        return [self.lines[index]] if index < len(self.lines) and _DKMS_PATH.search(self.lines[index]) else []
+
+    def take_reasons(self, default: str) -> tuple[str, list[str]]:
+        """The failure reasons gathered since the last failure (or ``default``) and their lines; starts afresh."""
+        reason = "; ".join(dict.fromkeys(self.reasons)) or default
+        lines = self.reason_lines
+        self.reasons, self.reason_lines = [], []
+        return reason, lines
+
+
+@dataclass(frozen=True)
+class _Rule:
+    """One kind of line: ``find(state, line, body)`` is truthy on it, then ``act(state, index, line, found)``.
+
+    A rule that ``settles`` the line ends the walk there (the old ``continue``); the others (context) go on.
+    """
+
+    name: str
+    find: Callable[[_State, str, str], Any]
+    act: Callable[[_State, int, str, Any], None]
+    settles: bool = True
+
+
+def _find_status_row(s: _State, line: str, body: str) -> re.Match[str] | None:
+    return _STATUS_NEW.match(body) or _STATUS_OLD.match(body)
+
+
+def _status_row(s: _State, i: int, line: str, m: re.Match[str]) -> None:
+    s.entries.append(
+        DkmsEntry(
+            module=m.group("module"),
+            version=m.group("version"),
+            kernel=m.group("kernel"),
+            arch=m.group("arch"),
+            state=m.group("state").lower(),
+            note=_note(m.group("rest")),
+            text=line,
+        )
+    )
+
+
+def _set_path(s: _State, i: int, line: str, m: re.Match[str]) -> None:
+    s.module, s.version = m.group("module"), m.group("version")
+
+
+def _set_kernel(s: _State, i: int, line: str, m: re.Match[str]) -> None:
+    s.kernel = _kernel(m.group("kernel"))
+
+
+def _skipped(s: _State, i: int, line: str, m: re.Match[str]) -> None:
+    reason = m.group("reason").strip(" .")
+    s.skipped.append(SkippedKernel(_kernel(m.group("kernel")), reason, s.module, s.version, line))
+
+
+def _find_reasons(s: _State, line: str, body: str) -> list[str]:
+    return [template.format(**m.groupdict()) for pattern, template in _REASONS if (m := pattern.search(line))]
+
+
+def _add_reasons(s: _State, i: int, line: str, reasons: list[str]) -> None:
+    s.reasons.extend(reasons)
+    s.reason_lines.extend(line for _ in reasons)
+
+
+def _find_error(s: _State, line: str, body: str) -> bool:
+    return line.startswith("Error!") and not _BAD_RETURN.search(line)
+
+
+def _error(s: _State, i: int, line: str, found: bool) -> None:
+    near_module, near_version = s.path_near(i + 1)
+    evidence = (line, *s.path_line(i + 1))
+    s.errors.append(DkmsError(line[len("Error!") :].strip(), near_module, near_version, evidence))
+
+
+def _bad_return(s: _State, i: int, line: str, m: re.Match[str]) -> None:
+    fail_module, fail_version = s.path_near(i + 1)
+    reason, reason_lines = s.take_reasons("bad return status for module build")
+    evidence = [*reason_lines, line, *s.path_line(i + 1)]
+    kernel = _kernel(m.group("kernel"))
+    s.failures.append(BuildFailure(fail_module, fail_version, kernel, reason, tuple(dict.fromkeys(evidence))))
+
+
+def _building_failed(s: _State, i: int, line: str, m: re.Match[str]) -> None:
+    s.module, s.version = _split_mv(m.group("mv"))
+    reason, reason_lines = s.take_reasons("build failed")
+    s.failures.append(BuildFailure(s.module, s.version, _kernel(m.group("kernel")), reason, (*reason_lines, line)))
+
+
+def _module_failed(s: _State, i: int, line: str, m: re.Match[str]) -> None:
+    fail_module, fail_version = _split_mv(m.group("mv"))
+    for k, f in enumerate(s.failures):
+        if f.module == fail_module and f.version == fail_version:  # a follow-up line of a failure already seen
+            s.failures[k] = BuildFailure(f.module, f.version, f.kernel, f.reason, (*f.evidence, line))
+            return
+    s.failures.append(BuildFailure(fail_module, fail_version, s.kernel, "build failed", (line,)))
+
+
+def _set_module_version(s: _State, i: int, line: str, m: re.Match[str]) -> None:
+    s.module, s.version = _split_mv(m.group("mv"))
+
+
+def _find_ko_header(s: _State, line: str, body: str) -> re.Match[str] | None:
+    return _KO_HEADER.match(line)
+
+
+def _set_ko(s: _State, i: int, line: str, m: re.Match[str]) -> None:
+    s.ko = m.group("ko")
+
+
+def _install(s: _State, i: int, line: str, m: re.Match[str]) -> None:
+    path_text = m.group("path")
+    file_ko = path_text.rsplit("/", 1)[-1] if ".ko" in path_text.rsplit("/", 1)[-1] else None
+    kernel = m.group("kernel")
+    s.installs.append(DkmsInstall(s.module, s.version, kernel, file_ko or s.ko, path_text, line))
+
+
+def _dpkg_error(s: _State, i: int, line: str, m: re.Match[str]) -> None:
+    s.dpkg.append(DpkgError(m.group("pkg"), None, (line,)))
+
+
+def _find_dpkg_status(s: _State, line: str, body: str) -> re.Match[str] | None:
+    code = _DPKG_STATUS.search(line)
+    return code if code and s.dpkg and s.dpkg[-1].exit_status is None else None
+
+
+def _dpkg_status(s: _State, i: int, line: str, m: re.Match[str]) -> None:
+    last = s.dpkg[-1]
+    s.dpkg[-1] = DpkgError(last.package, int(m.group("code")), (*last.evidence, line))
+
+
+def _trigger(s: _State, i: int, line: str, m: re.Match[str]) -> None:
+    if m.group("pkg") not in s.triggers:
+        s.triggers.append(m.group("pkg"))
+
+
+def _first(patterns: tuple[re.Pattern[str], ...]) -> Callable[[_State, str, str], re.Match[str] | None]:
+    """The first of ``patterns`` that matches somewhere in the line."""
+    return lambda s, line, body: next((m for m in (p.search(line) for p in patterns) if m), None)
+
+
+def _search(pattern: re.Pattern[str]) -> Callable[[_State, str, str], re.Match[str] | None]:
+    """``pattern`` somewhere in the line."""
+    return lambda s, line, body: pattern.search(line)
+
+
+_RULES: tuple[_Rule, ...] = (
+    _Rule("dkms status row (old or new format)", _find_status_row, _status_row),
+    _Rule("a /var/lib/dkms/M/V/ path sets module and version", _search(_DKMS_PATH), _set_path, settles=False),
+    _Rule("a line naming the kernel being built for", _first(_KERNEL_CONTEXT), _set_kernel, settles=False),
+    _Rule("kernel skipped (headers missing)", _first(_SKIP_HEADERS), _skipped),
+    _Rule("a reason the next build failure gives", _find_reasons, _add_reasons, settles=False),
+    _Rule("Error! line (not a bad return status)", _find_error, _error),
+    _Rule("Bad return status for module build on kernel K", _search(_BAD_RETURN), _bad_return),
+    _Rule("Building DKMS module 'M-V' for K ... FAILED", _search(_BUILDING_FAILED), _building_failed),
+    _Rule("DKMS module 'M-V' failed to build", _search(_MODULE_FAILED), _module_failed),
+    _Rule("DKMS module 'M-V' sets module and version", _search(_MODULE_NAMED), _set_module_version, settles=False),
+    _Rule("a NAME.ko: header (the module file the next install is)", _find_ko_header, _set_ko),
+    _Rule("Installing to /lib/modules/K/...", _search(_INSTALLING), _install),
+    _Rule("dpkg: error processing package P", _search(_DPKG_PROCESSING), _dpkg_error),
+    _Rule("returned error exit status N (of the last dpkg error)", _find_dpkg_status, _dpkg_status),
+    _Rule("Processing triggers for linux-image-K", _search(_TRIGGERS), _trigger),
+)
+
+
+def parse(text: str) -> Dkms:
+    """Parse ``dkms status`` / DKMS build output. Never raises; other text gives an empty :class:`Dkms`."""
+    s = _State([line.strip() for line in split_lines(text)])
+    for i, line in enumerate(s.lines):
         if not line:
             continue
         body = line.lstrip("$#~ ").strip() if line.startswith(("$", "#", "~")) else line
-
-        status = _STATUS_NEW.match(body) or _STATUS_OLD.match(body)
-        if status:
-            entries.append(
-                DkmsEntry(
-                    module=status.group("module"),
-                    version=status.group("version"),
-                    kernel=status.group("kernel"),
-                    arch=status.group("arch"),
-                    state=status.group("state").lower(),
-                    note=_note(status.group("rest")),
-                    text=line,
-                )
-            )
-            continue
-
-        path = _DKMS_PATH.search(line)
-        if path:
-            module, version = path.group("module"), path.group("version")
-
-        for pattern in _KERNEL_CONTEXT:
-            km = pattern.search(line)
-            if km:
-                kernel = _kernel(km.group("kernel"))
-                break
-
-        skip = next((m for m in (p.search(line) for p in _SKIP_HEADERS) if m), None)
-        if skip:
-            reason = skip.group("reason").strip(" .")
-            skipped.append(SkippedKernel(_kernel(skip.group("kernel")), reason, module, version, line))
-            continue
-
-        for pattern, template in _REASONS:
-            rm = pattern.search(line)
-            if rm:
-                reasons.append(template.format(**rm.groupdict()))
-                reason_lines.append(line)
-
-        if line.startswith("Error!") and not _BAD_RETURN.search(line):
-            near_module, near_version = path_near(i + 1)
-            evidence = [line]
-            if i + 1 < len(lines) and _DKMS_PATH.search(lines[i + 1]):
-                evidence.append(lines[i + 1])
-            errors.append(DkmsError(line[len("Error!") :].strip(), near_module, near_version, tuple(evidence)))
-            continue
-
-        bad = _BAD_RETURN.search(line)
-        if bad:
-            fail_module, fail_version = path_near(i + 1)
-            evidence = [*reason_lines, line]
-            if i + 1 < len(lines) and _DKMS_PATH.search(lines[i + 1]):
-                evidence.append(lines[i + 1])
-            failures.append(
-                BuildFailure(
-                    module=fail_module,
-                    version=fail_version,
-                    kernel=_kernel(bad.group("kernel")),
-                    reason="; ".join(dict.fromkeys(reasons)) or "bad return status for module build",
-                    evidence=tuple(dict.fromkeys(evidence)),
-                )
-            )
-            reasons, reason_lines = [], []
-            continue
-
-        building = _BUILDING_FAILED.search(line)
-        if building:
-            fail_module, fail_version = _split_mv(building.group("mv"))
-            module, version = fail_module, fail_version
-            evidence = [*reason_lines, line]
-            failures.append(
-                BuildFailure(
-                    fail_module,
-                    fail_version,
-                    _kernel(building.group("kernel")),
-                    "; ".join(dict.fromkeys(reasons)) or "build failed",
-                    tuple(evidence),
-                )
-            )
-            reasons, reason_lines = [], []
-            continue
-
-        failed = _MODULE_FAILED.search(line)
-        if failed:
-            fail_module, fail_version = _split_mv(failed.group("mv"))
-            if not any(f.module == fail_module and f.version == fail_version for f in failures):
-                failures.append(BuildFailure(fail_module, fail_version, kernel, "build failed", (line,)))
-            else:
-                # attach the follow-up line to the failure it repeats
-                for k, f in enumerate(failures):
-                    if f.module == fail_module and f.version == fail_version:
-                        failures[k] = BuildFailure(f.module, f.version, f.kernel, f.reason, (*f.evidence, line))
-                        break
-            continue
-
-        mv = re.search(r"DKMS module '(?P<mv>[^']+)'", line)
-        if mv:
-            module, version = _split_mv(mv.group("mv"))
-
-        header = _KO_HEADER.match(line)
-        if header:
-            ko = header.group("ko")
-            continue
-
-        inst = _INSTALLING.search(line)
-        if inst:
-            path_text = inst.group("path")
-            file_ko = path_text.rsplit("/", 1)[-1] if ".ko" in path_text.rsplit("/", 1)[-1] else None
-            installs.append(
-                DkmsInstall(
-                    module=module,
-                    version=version,
-                    kernel=inst.group("kernel"),
-                    ko=file_ko or ko,
-                    path=path_text,
-                    text=line,
-                )
-            )
-            continue
-
-        pkg = _DPKG_PROCESSING.search(line)
-        if pkg:
-            dpkg.append(DpkgError(pkg.group("pkg"), None, (line,)))
-            continue
-        code = _DPKG_STATUS.search(line)
-        if code and dpkg and dpkg[-1].exit_status is None:
-            last = dpkg[-1]
-            dpkg[-1] = DpkgError(last.package, int(code.group("code")), (*last.evidence, line))
-            continue
-
-        trig = _TRIGGERS.search(line)
-        if trig and trig.group("pkg") not in triggers:
-            triggers.append(trig.group("pkg"))
-
+        for rule in _RULES:
+            found = rule.find(s, line, body)
+            if found:
+                rule.act(s, i, line, found)
+                if rule.settles:
+                    break
     return Dkms(
-        entries=tuple(entries),
-        build_failures=tuple(failures),
-        skipped_kernels=tuple(skipped),
-        installs=tuple(installs),
-        errors=tuple(errors),
-        dpkg_errors=tuple(dpkg),
-        kernel_triggers=tuple(triggers),
+        entries=tuple(s.entries),
+        build_failures=tuple(s.failures),
+        skipped_kernels=tuple(s.skipped),
+        installs=tuple(s.installs),
+        errors=tuple(s.errors),
+        dpkg_errors=tuple(s.dpkg),
+        kernel_triggers=tuple(s.triggers),
         dkms_missing=_DKMS_MISSING.search(text) is not None,
     )

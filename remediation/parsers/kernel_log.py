@@ -15,7 +15,9 @@ multi-line "The NVIDIA GPU … has fallen off the bus" block and ``Xid …: 79``
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 from remediation.catalog import xid_meaning
 from remediation.parsers._text import Joined, split_lines, strip_quote_prefix, unique
@@ -361,23 +363,239 @@ def _xid(line: str, log: LogLine) -> XidEvent | None:
     )
 
 
+# ---------------------------------------------------------------------------------------------------------------
+# Rules. A line rule looks at one line that is not an ``NVRM:`` line; a message rule looks at the joined ``NVRM:``
+# messages once every line is read. Both are walked in order and every rule applies (all matches, not the first).
+
+_Found = dict[str, list[Any]]  # KernelLog field (or a working list: probe_errors, modinfo, tainted) -> items
+
+
+@dataclass(frozen=True)
+class _LineRule:
+    """What one non-``NVRM:`` line says: ``find(line, stripped text) -> items``, filed under ``field``."""
+
+    name: str
+    field: str
+    find: Callable[[LogLine, str], list[Any]]
+    evidence: bool = True  # each item found puts the line into the log's evidence
+
+
+def _modprobe_missing(log: LogLine, text: str) -> list[Any]:
+    return [ModuleMissing(m.group("mod"), m.group("k"), text) for m in _MODPROBE.finditer(log.message)]
+
+
+def _insert_rejected(log: LogLine, text: str) -> list[Any]:
+    m = _INSERT_REJECTED.search(log.message)
+    if m is None:
+        return []
+    why = "key-rejected" if m.group("why").startswith("Key") else "key-unavailable"
+    return [ModuleRejection(m.group("mod"), why, m.group("prog"), text)]
+
+
+def _lockdown(log: LogLine, text: str) -> list[Any]:
+    m = _LOCKDOWN.search(log.message)
+    return [ModuleRejection(None, "lockdown", m.group("prog"), text)] if m else []
+
+
+def _unsigned_taint(log: LogLine, text: str) -> list[Any]:
+    return [True] if _UNSIGNED_TAINT.search(log.message) else []
+
+
+def _modules_dep(log: LogLine, text: str) -> list[Any]:
+    m = _MODULES_DEP.search(log.message)
+    return [ModuleMissing(m.group("mod"), None, text)] if m else []
+
+
+def _firmware_load(log: LogLine, text: str) -> list[Any]:
+    m = _FIRMWARE.search(log.message)
+    if m is None or "nvidia" not in m.group("path").lower():
+        return []
+    return [FirmwareFailure(m.group("path"), int(m.group("err")), text)]
+
+
+def _probe_error(log: LogLine, text: str) -> list[Any]:
+    m = _PROBE_OF.search(log.message) or _PROBE_ERROR.search(log.message)
+    return [ProbeFailure("probe_error", None, m.group("pci"), (), (text,))] if m else []
+
+
+def _modinfo_field(log: LogLine, text: str) -> list[Any]:
+    m = _MODINFO.match(text)
+    return [(m.group("key"), m.group("val").strip())] if m else []
+
+
+_LINE_RULES: tuple[_LineRule, ...] = (
+    _LineRule("modprobe: FATAL: Module … not found", "module_missing", _modprobe_missing),
+    _LineRule("insmod/modprobe refused: key rejected or not available", "module_rejections", _insert_rejected),
+    _LineRule("Lockdown: unsigned module loading is restricted", "module_rejections", _lockdown),
+    _LineRule("module verification failed: loaded unsigned, kernel tainted", "tainted", _unsigned_taint, False),
+    _LineRule("module nvidia… not found in modules.dep", "module_missing", _modules_dep),
+    _LineRule("Direct firmware load for an nvidia file failed", "firmware_failures", _firmware_load),
+    _LineRule("nvidia probe of a PCI device failed with an error", "probe_errors", _probe_error),
+    _LineRule("modinfo output: filename/version/description/vermagic", "modinfo", _modinfo_field, False),
+)
+
+
+@dataclass(frozen=True)
+class _MessageRule:
+    """What the joined ``NVRM:`` messages say: ``apply(flat, joined, found) -> the new items of field``."""
+
+    name: str
+    field: str
+    apply: Callable[[str, Joined, _Found], list[Any]]
+
+
+def _api_mismatches(flat: str, joined: Joined, found: _Found) -> list[Any]:
+    at: list[tuple[int, ApiMismatch]] = []
+    for pattern in _API:
+        for m in pattern.finditer(flat):
+            groups = m.groupdict()
+            mismatch = ApiMismatch(
+                client_version=m.group("client"),
+                module_version=m.group("module"),
+                client_process=groups.get("proc"),
+                client_pid=_pid(groups.get("pid")),
+                evidence=joined.lines_for(m.start(), _eol(flat, m.end())),
+            )
+            at.append((m.start(), mismatch))
+    return [item for _, item in sorted(at, key=lambda pair: pair[0])]
+
+
+def _fallen_message(flat: str, joined: Joined, found: _Found) -> list[Any]:
+    return [
+        FallenOffBus(_pci(m.group("pci")), m.group("id"), False, joined.lines_for(m.start(), m.end()))
+        for m in _FALLEN.finditer(flat)
+    ]
+
+
+def _fallen_xid(flat: str, joined: Joined, found: _Found) -> list[Any]:
+    xids: list[XidEvent] = found["xid_events"]
+    return found["fallen_off_bus"] + [FallenOffBus(e.pci, None, True, (e.text,)) for e in xids if e.code == 79]
+
+
+def _fallen_per_gpu(flat: str, joined: Joined, found: _Found) -> list[Any]:
+    kept: list[FallenOffBus] = []
+    for item in found["fallen_off_bus"]:
+        if not any(f.pci == item.pci for f in kept):
+            kept.append(item)
+    return kept
+
+
+def _probe_failed(flat: str, joined: Joined, found: _Found) -> list[Any]:
+    return found["probe_failures"] + [
+        ProbeFailure("failed", int(m.group("n")), None, (), joined.lines_for(m.start(), m.end()))
+        for m in _PROBE_FAILED.finditer(flat)
+    ]
+
+
+def _probe_not_called(flat: str, joined: Joined, found: _Found) -> list[Any]:
+    probes = list(found["probe_failures"])
+    for m in _PROBE_NOT_CALLED.finditer(flat):
+        drivers: tuple[str, ...] = ()
+        end = _eol(flat, m.end())
+        conflict = _CONFLICTING.search(flat[end : end + 400])
+        if conflict:
+            drivers = tuple(d for d in re.split(r"\s*,\s*|\s+or\s+", conflict.group("drivers").strip()) if d)
+            end = _eol(flat, end + conflict.end())
+        probes.append(ProbeFailure("not_called", int(m.group("n")), None, drivers, joined.lines_for(m.start(), end)))
+    return probes
+
+
+def _no_adapter(flat: str, joined: Joined, found: _Found) -> list[Any]:
+    return found["probe_failures"] + [
+        ProbeFailure("no_adapter", None, None, (), joined.lines_for(m.start(), m.end()))
+        for m in _NO_ADAPTER.finditer(flat)
+    ]
+
+
+def _probe_errors(flat: str, joined: Joined, found: _Found) -> list[Any]:
+    return found["probe_failures"] + found["probe_errors"]
+
+
+def _rm_init_adapter(flat: str, joined: Joined, found: _Found) -> list[Any]:
+    return [
+        RmInitFailure(m.group("pci"), m.group("code").strip(), None, joined.lines_for(m.start(), m.end()))
+        for m in _RMINIT.finditer(flat)
+    ]
+
+
+def _rm_init_minor(flat: str, joined: Joined, found: _Found) -> list[Any]:
+    rm: list[RmInitFailure] = list(found["rm_init_failures"])
+    for m in _RM_INIT_MINOR.finditer(flat):
+        pci = m.group("pci")
+        minor = int(m.group("minor")) if m.group("minor") else None
+        lines_hit = joined.lines_for(m.start(), m.end())
+        for k, failure in enumerate(rm):
+            if failure.pci == pci and failure.minor is None:
+                rm[k] = RmInitFailure(failure.pci, failure.code, minor, unique(failure.evidence + lines_hit))
+                break
+        else:
+            rm.append(RmInitFailure(pci, None, minor, lines_hit))
+    return rm
+
+
+def _no_firmware_image(flat: str, joined: Joined, found: _Found) -> list[Any]:
+    m = _NO_FIRMWARE.search(flat)
+    if m is None or found["firmware_failures"]:
+        return found["firmware_failures"]
+    return [FirmwareFailure(None, None, " ".join(joined.lines_for(m.start(), m.end())))]
+
+
+_MESSAGE_RULES: tuple[_MessageRule, ...] = (
+    _MessageRule("API mismatch, client vs module (either wording), in text order", "api_mismatches", _api_mismatches),
+    _MessageRule("GPU … has fallen off the bus (the kernel message)", "fallen_off_bus", _fallen_message),
+    _MessageRule("Xid 79 lines: the GPU fell off the bus", "fallen_off_bus", _fallen_xid),
+    _MessageRule("one fallen-off-the-bus entry per GPU (the first kept)", "fallen_off_bus", _fallen_per_gpu),
+    _MessageRule("the NVIDIA probe routine failed for N devices", "probe_failures", _probe_failed),
+    _MessageRule("probe routine not called (and the conflicting drivers)", "probe_failures", _probe_not_called),
+    _MessageRule("no NVIDIA graphics adapter/GPU probed or found", "probe_failures", _no_adapter),
+    _MessageRule("per-device probe errors from single lines", "probe_failures", _probe_errors),
+    _MessageRule("RmInitAdapter failed (with its code)", "rm_init_failures", _rm_init_adapter),
+    _MessageRule("rm_init_adapter failed: the minor, joined to its GPU's", "rm_init_failures", _rm_init_minor),
+    _MessageRule("no GSP firmware image (unless a firmware load failed)", "firmware_failures", _no_firmware_image),
+)
+
+
+def _driver_version(flat: str) -> tuple[str | None, bool | None]:
+    """The loaded module's version and whether it is the open kernel module, from its banner."""
+    loading = _LOADING.search(flat) or _KERNEL_MODULE_VER.search(flat)
+    if loading is None:
+        return None, None
+    return loading.group("ver"), loading.group("open") is not None
+
+
+def _modinfo(fields: list[tuple[str, str]]) -> ModInfo | None:
+    """``modinfo`` output (the first value of each key) about an NVIDIA module."""
+    modinfo: dict[str, str] = {}
+    for key, value in fields:
+        modinfo.setdefault(key, value)
+    if not (modinfo.get("filename") or (modinfo.get("version") and "nvidia" in modinfo.get("description", "").lower())):
+        return None
+    filename = modinfo.get("filename")
+    kernel_m = re.search(r"/lib/modules/([^/\s]+)/", filename or "")
+    return ModInfo(
+        filename=filename,
+        version=modinfo.get("version"),
+        kernel=kernel_m.group(1) if kernel_m else None,
+        dkms="/updates/dkms/" in (filename or "") or "/extra/" in (filename or ""),
+    )
+
+
+_FIELDS = (
+    *("xid_events", "api_mismatches", "fallen_off_bus", "probe_failures", "rm_init_failures", "module_missing"),
+    *("firmware_failures", "module_rejections", "probe_errors", "modinfo", "tainted"),
+)
+
+
 def parse(text: str) -> KernelLog:
     """Parse kernel log text. Never raises; text without NVIDIA lines gives an empty :class:`KernelLog`."""
-    lines = split_lines(text)
     joined = Joined()
-    xids: list[XidEvent] = []
+    found: _Found = {field: [] for field in _FIELDS}
     nvrm_lines: list[LogLine] = []
     hosts: list[str] = []
-    modules: list[ModuleMissing] = []
-    firmware: list[FirmwareFailure] = []
-    probe_errors: list[ProbeFailure] = []
     evidence: list[str] = []
-    modinfo: dict[str, str] = {}
-    rejections: list[ModuleRejection] = []
-    tainted = False
     in_nvrm = False
 
-    for i, line in enumerate(lines):
+    for i, line in enumerate(split_lines(text)):
         if not line.strip():
             joined.break_message()
             in_nvrm = False
@@ -390,14 +608,13 @@ def parse(text: str) -> KernelLog:
                 hosts.append(log.host)
             payload = log.message[at + len("NVRM:") :]
             # a new timestamped record starts a new message; an un-prefixed NVRM line continues one
-            starts_record = log.timestamp is not None or at > 0
-            if starts_record or not in_nvrm:
+            if log.timestamp is not None or at > 0 or not in_nvrm:
                 joined.break_message()
             joined.add(i, payload, line)
             in_nvrm = True
             event = _xid(line, LogLine(log.timestamp, log.host, log.facility, log.level, payload))
             if event is not None:
-                xids.append(event)
+                found["xid_events"].append(event)
                 evidence.append(line.strip())
             continue
         if in_nvrm and _CONTINUATION.match(line) and log.timestamp is None:
@@ -405,143 +622,36 @@ def parse(text: str) -> KernelLog:
             continue
         joined.break_message()
         in_nvrm = False
-        # non-NVRM lines that still matter
-        for mm in _MODPROBE.finditer(log.message):
-            modules.append(ModuleMissing(mm.group("mod"), mm.group("k"), line.strip()))
-            evidence.append(line.strip())
-        rj = _INSERT_REJECTED.search(log.message)
-        if rj:
-            why = "key-rejected" if rj.group("why").startswith("Key") else "key-unavailable"
-            rejections.append(ModuleRejection(rj.group("mod"), why, rj.group("prog"), line.strip()))
-            evidence.append(line.strip())
-        ld = _LOCKDOWN.search(log.message)
-        if ld:
-            rejections.append(ModuleRejection(None, "lockdown", ld.group("prog"), line.strip()))
-            evidence.append(line.strip())
-        if _UNSIGNED_TAINT.search(log.message):
-            tainted = True
-        md = _MODULES_DEP.search(log.message)
-        if md:
-            modules.append(ModuleMissing(md.group("mod"), None, line.strip()))
-            evidence.append(line.strip())
-        fw = _FIRMWARE.search(log.message)
-        if fw and "nvidia" in fw.group("path").lower():
-            firmware.append(FirmwareFailure(fw.group("path"), int(fw.group("err")), line.strip()))
-            evidence.append(line.strip())
-        pe = _PROBE_OF.search(log.message) or _PROBE_ERROR.search(log.message)
-        if pe:
-            probe_errors.append(ProbeFailure("probe_error", None, pe.group("pci"), (), (line.strip(),)))
-            evidence.append(line.strip())
-        mi = _MODINFO.match(line.strip())
-        if mi and mi.group("key") not in modinfo:
-            modinfo[mi.group("key")] = mi.group("val").strip()
+        for line_rule in _LINE_RULES:  # non-NVRM lines that still matter
+            items = line_rule.find(log, line.strip())
+            found[line_rule.field].extend(items)
+            evidence.extend(line.strip() for _ in items if line_rule.evidence)
         if log.host and (log.host not in hosts) and ("nvidia" in log.message.lower()):
             hosts.append(log.host)
 
     flat = joined.text
+    for rule in _MESSAGE_RULES:
+        found[rule.field] = rule.apply(flat, joined, found)
+    driver_version, open_module = _driver_version(flat)
 
-    found: list[tuple[int, ApiMismatch]] = []
-    for pattern in _API:
-        for m in pattern.finditer(flat):
-            groups = m.groupdict()
-            found.append(
-                (
-                    m.start(),
-                    ApiMismatch(
-                        client_version=m.group("client"),
-                        module_version=m.group("module"),
-                        client_process=groups.get("proc"),
-                        client_pid=_pid(groups.get("pid")),
-                        evidence=joined.lines_for(m.start(), _eol(flat, m.end())),
-                    ),
-                )
-            )
-    apis = [item for _, item in sorted(found, key=lambda pair: pair[0])]
-
-    fallen: list[FallenOffBus] = []
-    for m in _FALLEN.finditer(flat):
-        fallen.append(FallenOffBus(_pci(m.group("pci")), m.group("id"), False, joined.lines_for(m.start(), m.end())))
-    for event in xids:
-        if event.code == 79:
-            fallen.append(FallenOffBus(event.pci, None, True, (event.text,)))
-    fallen_unique: list[FallenOffBus] = []
-    for item in fallen:
-        if not any(f.pci == item.pci for f in fallen_unique):
-            fallen_unique.append(item)
-
-    probes: list[ProbeFailure] = []
-    for m in _PROBE_FAILED.finditer(flat):
-        probes.append(ProbeFailure("failed", int(m.group("n")), None, (), joined.lines_for(m.start(), m.end())))
-    for m in _PROBE_NOT_CALLED.finditer(flat):
-        drivers: tuple[str, ...] = ()
-        end = _eol(flat, m.end())
-        conflict = _CONFLICTING.search(flat[end : end + 400])
-        if conflict:
-            drivers = tuple(d for d in re.split(r"\s*,\s*|\s+or\s+", conflict.group("drivers").strip()) if d)
-            end = _eol(flat, end + conflict.end())
-        probes.append(ProbeFailure("not_called", int(m.group("n")), None, drivers, joined.lines_for(m.start(), end)))
-    for m in _NO_ADAPTER.finditer(flat):
-        probes.append(ProbeFailure("no_adapter", None, None, (), joined.lines_for(m.start(), m.end())))
-    probes.extend(probe_errors)
-
-    rm: list[RmInitFailure] = []
-    for m in _RMINIT.finditer(flat):
-        pci = m.group("pci")
-        rm.append(RmInitFailure(pci, m.group("code").strip(), None, joined.lines_for(m.start(), m.end())))
-    for m in _RM_INIT_MINOR.finditer(flat):
-        pci = m.group("pci")
-        minor = int(m.group("minor")) if m.group("minor") else None
-        lines_hit = joined.lines_for(m.start(), m.end())
-        for k, failure in enumerate(rm):
-            if failure.pci == pci and failure.minor is None:
-                rm[k] = RmInitFailure(failure.pci, failure.code, minor, unique(failure.evidence + lines_hit))
-                break
-        else:
-            rm.append(RmInitFailure(pci, None, minor, lines_hit))
-
-    if _NO_FIRMWARE.search(flat) and not firmware:
-        m_fw = _NO_FIRMWARE.search(flat)
-        if m_fw:
-            firmware.append(FirmwareFailure(None, None, " ".join(joined.lines_for(m_fw.start(), m_fw.end()))))
-
-    driver_version: str | None = None
-    open_module: bool | None = None
-    loading = _LOADING.search(flat) or _KERNEL_MODULE_VER.search(flat)
-    if loading:
-        driver_version = loading.group("ver")
-        open_module = loading.group("open") is not None
-
-    info: ModInfo | None = None
-    if modinfo.get("filename") or (modinfo.get("version") and "nvidia" in modinfo.get("description", "").lower()):
-        filename = modinfo.get("filename")
-        kernel_m = re.search(r"/lib/modules/([^/\s]+)/", filename or "")
-        info = ModInfo(
-            filename=filename,
-            version=modinfo.get("version"),
-            kernel=kernel_m.group(1) if kernel_m else None,
-            dkms="/updates/dkms/" in (filename or "") or "/extra/" in (filename or ""),
-        )
-
-    evidence.extend(line for a in apis for line in a.evidence)
-    evidence.extend(line for f in fallen_unique for line in f.evidence)
-    evidence.extend(line for p in probes for line in p.evidence)
-    evidence.extend(line for r in rm for line in r.evidence)
-    evidence.extend(f.text for f in firmware)
+    for field in ("api_mismatches", "fallen_off_bus", "probe_failures", "rm_init_failures"):
+        evidence.extend(line for item in found[field] for line in item.evidence)
+    evidence.extend(f.text for f in found["firmware_failures"])
 
     return KernelLog(
-        xid_events=tuple(xids),
-        api_mismatches=tuple(apis),
-        fallen_off_bus=tuple(fallen_unique),
-        probe_failures=tuple(probes),
-        rm_init_failures=tuple(rm),
-        module_missing=tuple(modules),
-        firmware_failures=tuple(firmware),
+        xid_events=tuple(found["xid_events"]),
+        api_mismatches=tuple(found["api_mismatches"]),
+        fallen_off_bus=tuple(found["fallen_off_bus"]),
+        probe_failures=tuple(found["probe_failures"]),
+        rm_init_failures=tuple(found["rm_init_failures"]),
+        module_missing=tuple(found["module_missing"]),
+        firmware_failures=tuple(found["firmware_failures"]),
         driver_version=driver_version,
         open_kernel_module=open_module,
-        modinfo=info,
+        modinfo=_modinfo(found["modinfo"]),
         hosts=tuple(hosts),
         nvrm_lines=tuple(nvrm_lines),
         evidence=unique(e for e in evidence if e),
-        module_rejections=tuple(rejections),
-        unsigned_module_tainted=tainted,
+        module_rejections=tuple(found["module_rejections"]),
+        unsigned_module_tainted=bool(found["tainted"]),
     )

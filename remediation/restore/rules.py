@@ -41,7 +41,7 @@ there before is never touched, so it is never undone either).
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from enum import StrEnum
 from typing import Any
@@ -387,6 +387,240 @@ def _upstream(debian_version: str | None) -> str:
     return debian_version.split(":", 1)[-1].rsplit("-", 1)[0]
 
 
+@dataclass(frozen=True)
+class _Case:
+    """What the restore rules read about one probed host."""
+
+    host: str
+    facts: HostFacts
+    ids: tuple[str, ...]  # the host's finding IDs, sorted
+    host_vars: Mapping[str, Any]
+    prefer: Prefer
+    force: bool
+    module_source: str
+    cordoned: str | None
+    expected: str | None  # nvidia_driver_expected_version
+    base: dict[str, Any]  # the fields every decision past the cordon check carries
+
+    def has(self, *finding_ids: str) -> bool:
+        return any(i in self.ids for i in finding_ids)
+
+    @property
+    def driver_names(self) -> tuple[str, ...]:
+        """The installed NVIDIA driver packages (``nvidia-*``, ``libnvidia-*``) a restore holds."""
+        return tuple(n for n in self.facts.packages.nvidia_names if n.startswith(("nvidia-", "libnvidia-")))
+
+    @property
+    def driver_version(self) -> str | None:
+        """The installed Debian version of the driver package."""
+        return _installed_debian_version(self.facts, self.facts.packages.driver_package)
+
+
+@dataclass(frozen=True)
+class _Rule:
+    """When ``applies(case)``, ``decide(case)`` is the host's decision; a ``guarded`` one then passes _GUARDS."""
+
+    name: str
+    applies: Callable[[_Case], bool]
+    decide: Callable[[_Case], Decision]
+    guarded: bool = False
+
+
+def _left_alone(c: _Case) -> Decision:
+    return Decision(c.host, Action.SKIP, f"left alone: {c.cordoned}", c.ids, blocked=c.cordoned)
+
+
+def _hardware_failed(c: _Case) -> bool:
+    return c.has("GPU-HW-001") or ("GPU-HW-004" in c.ids and _remap_failed(c.facts))
+
+
+def _not_driver(c: _Case) -> Decision:
+    which = "GPU lost (fallen off the bus, Xid 79)" if c.has("GPU-HW-001") else "row remapping failed"
+    return Decision(c.host, Action.NOT_DRIVER, f"{which}: {HARDWARE_ADVICE}", c.ids, **c.base)
+
+
+def _no_expected_version(c: _Case) -> Decision:
+    return Decision(
+        c.host, Action.MANUAL, "driver not installed and no nvidia_driver_expected_version in the inventory",
+        c.ids, blocked="nvidia_driver_expected_version is not set for this host", **c.base,
+    )
+
+
+def _branch(c: _Case) -> tuple[str | None, str | None]:
+    return _install_branch(c.host_vars, c.facts.packages.driver_branch, c.expected or "")
+
+
+def _no_branch(c: _Case) -> Decision:
+    problem = _branch(c)[1]
+    return Decision(c.host, Action.MANUAL, f"driver not installed: {problem}", c.ids, blocked=problem, **c.base)
+
+
+def _install(c: _Case) -> Decision:
+    branch, expected, booted = _branch(c)[0], c.expected or "", c.facts.system.kernel
+    names = driver_install_packages(branch or "")
+    driver = names[0]
+    return Decision(
+        c.host, Action.INSTALL, f"driver not installed: install {driver} {expected}", c.ids,
+        target_kernel=booted, driver_package=driver, driver_version=None,
+        install_packages=tuple(n for n in names if n not in c.facts.packages.nvidia_names),
+        hold_packages=_holds(c.facts, booted, names, headers=False), needs_reboot=True,
+        steps=(f"install {driver}={expected}-* (version resolved on the host)", "hold kernel and driver packages",
+               "reboot", "gate: NVML answers with " + expected),
+        **c.base,
+    )
+
+
+def _module_missing(c: _Case) -> bool:
+    return c.has("GPU-DRV-001", "GPU-DRV-008")
+
+
+def _what_is_missing(c: _Case) -> str:
+    refused = "GPU-DRV-008" in c.ids and "GPU-DRV-001" not in c.ids
+    return "a module Secure Boot refuses" if refused else "no NVIDIA module"
+
+
+def _previous_kernel_preferred(c: _Case) -> bool:
+    if not _module_missing(c):
+        return False
+    previous = _newest_kernel_with_module(c.facts)
+    return c.prefer is Prefer.PREVIOUS_KERNEL and previous is not None
+
+
+def _previous_kernel(c: _Case) -> Decision:
+    previous, booted = _newest_kernel_with_module(c.facts), c.facts.system.kernel
+    return Decision(
+        c.host, Action.PREVIOUS_KERNEL,
+        f"booted kernel {booted} has {_what_is_missing(c)}; {previous} has one that loads: boot it (GRUB_DEFAULT)",
+        c.ids, target_kernel=previous, driver_package=c.facts.packages.driver_package,
+        driver_version=c.driver_version, hold_packages=_holds(c.facts, previous, c.driver_names, headers=False),
+        needs_reboot=True,
+        steps=(f'set GRUB_DEFAULT="{grub_default_for(previous)}"', "update-grub",
+               "hold kernel and driver packages", f"reboot into {previous}",
+               f"gate: NVML answers with {c.expected or 'the installed driver'}"),
+        **c.base,
+    )
+
+
+def _nothing_to_rebuild(c: _Case) -> Decision:
+    return Decision(
+        c.host, Action.MANUAL, "module missing but no NVIDIA driver package installed to rebuild from",
+        c.ids, blocked="no driver package to reinstall", **c.base,
+    )
+
+
+def _rebuild_booted(c: _Case) -> Decision:
+    booted = c.facts.system.kernel
+    previous = _newest_kernel_with_module(c.facts)
+    note = "" if c.prefer is Prefer.REBUILD or previous else " (no other kernel has a module that loads)"
+    return _rebuild(c.host, c.facts, c.ids, booted, c.module_source, c.driver_names, needs_reboot=True,
+                    why=f"booted kernel {booted} has {_what_is_missing(c)}{note}", gate=c.expected, base=c.base)
+
+
+def _userspace_not_expected(c: _Case) -> bool:
+    return c.has("GPU-DRV-002") and bool(c.expected) and not _upstream(c.driver_version).startswith(c.expected or "")
+
+
+def _userspace_differs(c: _Case) -> Decision:
+    # A reboot would load the module of the installed userspace, not the fleet's driver: the gate would fail
+    # and the run would be undone. Whoever upgraded the driver decides: downgrade it or change the fleet's version.
+    installed = _upstream(c.driver_version) or "unknown"
+    return Decision(
+        c.host, Action.MANUAL,
+        f"driver userspace {installed} differs from the fleet's expected {c.expected}: a reboot would load"
+        f" {installed}; install {c.expected} or set nvidia_driver_expected_version to {installed}",
+        c.ids, **c.base,
+    )
+
+
+def _reboot(c: _Case) -> Decision:
+    booted = c.facts.system.kernel
+    return Decision(
+        c.host, Action.REBOOT, "driver userspace and loaded kernel module differ: reboot to load the module", c.ids,
+        target_kernel=booted, driver_package=c.facts.packages.driver_package, driver_version=c.driver_version,
+        hold_packages=_holds(c.facts, booted, c.driver_names, headers=False), needs_reboot=True,
+        steps=("hold kernel and driver packages", "reboot", f"gate: NVML answers with {c.expected or 'the driver'}"),
+        **c.base,
+    )
+
+
+def _newer_kernel_without_module(c: _Case) -> bool:
+    return c.has("GPU-KRN-001") and bool(c.facts.packages.driver_package) and bool(c.driver_version)
+
+
+def _rebuild_newer(c: _Case) -> Decision:
+    # Predictive: a newer installed kernel has no module (or one Secure Boot refuses); build it now so the next
+    # reboot keeps the GPUs.
+    newer = _newest_kernel_without_module(c.facts)
+    return _rebuild(c.host, c.facts, c.ids, newer, c.module_source, c.driver_names, needs_reboot=False,
+                    why=f"kernel {newer} is installed without a module that loads: provide it before a reboot",
+                    gate=None, base=c.base)
+
+
+def _healthy(c: _Case) -> Decision:
+    return Decision(c.host, Action.NONE, "NVML answers: nothing to restore", c.ids, **c.base)
+
+
+def _unrepaired(c: _Case) -> Decision:
+    return Decision(
+        c.host, Action.MANUAL,
+        f"NVML {c.facts.nvml.error_class}: not repaired automatically; see the audit's runbook", c.ids, **c.base,
+    )
+
+
+_RULES: tuple[_Rule, ...] = (
+    _Rule("cordoned by someone else: left alone", lambda c: bool(c.cordoned), _left_alone),
+    _Rule("GPU lost or row remapping failed: not the driver", _hardware_failed, _not_driver),
+    _Rule("driver not installed, no expected version", lambda c: c.has("GPU-DRV-003") and not c.expected,
+          _no_expected_version),
+    _Rule("driver not installed, no branch to install", lambda c: c.has("GPU-DRV-003") and _branch(c)[0] is None,
+          _no_branch),
+    _Rule("driver not installed: install the expected version", lambda c: c.has("GPU-DRV-003"), _install, True),
+    _Rule("no module that loads: boot the previous kernel (if preferred)", _previous_kernel_preferred,
+          _previous_kernel, True),
+    _Rule("no module that loads and no driver package to rebuild from",
+          lambda c: _module_missing(c) and (c.facts.packages.driver_package is None or c.driver_version is None),
+          _nothing_to_rebuild),
+    _Rule("no module that loads: provide it for the booted kernel", _module_missing, _rebuild_booted, True),
+    _Rule("userspace/module mismatch, userspace not the fleet's version", _userspace_not_expected,
+          _userspace_differs, True),
+    _Rule("userspace/module mismatch: reboot", lambda c: c.has("GPU-DRV-002"), _reboot, True),
+    _Rule("a newer kernel has no module that loads: provide it now", _newer_kernel_without_module, _rebuild_newer,
+          True),
+    _Rule("NVML answers: nothing to restore", lambda c: c.facts.nvml.ok, _healthy),
+    _Rule("any other NVML failure: a person decides", lambda c: True, _unrepaired),
+)
+
+
+@dataclass(frozen=True)
+class _Guard:
+    """A reason to leave a guarded decision undone: ``blocks(case)`` says why, or None."""
+
+    name: str
+    blocks: Callable[[_Case], str | None]
+
+
+def _dpkg_locked(c: _Case) -> str | None:
+    if "GPU-APT-001" not in c.ids and not c.facts.dpkg_lock.held:
+        return None
+    holder = c.facts.dpkg_lock.holder_comm or "another process"
+    return f"dpkg lock held by {holder} (pid {c.facts.dpkg_lock.holder_pid or '?'})"
+
+
+def _gpu_work(c: _Case) -> str | None:
+    procs = _gpu_processes(c.facts)
+    if not procs or c.force:
+        return None
+    return "GPU compute processes running (" + "; ".join(procs[:4]) + "): pass --force to restore anyway"
+
+
+_GUARDS: tuple[_Guard, ...] = (
+    _Guard("the dpkg lock is held", _dpkg_locked),
+    _Guard("GPU compute processes run (unless --force)", _gpu_work),
+    _Guard("NVML failed and the GPU work cannot be seen (unless --force)",
+           lambda c: None if c.force or not c.facts.nvml.failed else _cannot_tell(c.facts)),
+)
+
+
 def decide(
     host: str,
     facts: HostFacts | None,
@@ -399,121 +633,21 @@ def decide(
     not_probed: str | None = None,
     module_source: str = "auto",
 ) -> Decision:
-    """The decision for one host (see the module docstring for the rules)."""
+    """The decision for one host (see the module docstring for the rules): the first of _RULES that applies."""
     prefer = Prefer(prefer)
     choose_module_source(module_source, None)  # a bad setting fails before anything is decided
     ids = tuple(sorted({f.id for f in findings}))
     if facts is None:
         return Decision(host, Action.SKIP, "left alone: not probed", ids, blocked=not_probed or "not probed")
     cordoned = is_cordoned(host_vars, cordon_marker)
-    if cordoned:
-        return Decision(host, Action.SKIP, f"left alone: {cordoned}", ids, blocked=cordoned)
-    base: dict[str, Any] = {"booted_kernel": facts.system.kernel}
     expected = host_vars.get("nvidia_driver_expected_version")
     expected = str(expected) if expected else None
-    base["expected_version"] = expected
-    hw = [f for f in findings if f.id == "GPU-HW-001"]
-    if hw or ("GPU-HW-004" in ids and _remap_failed(facts)):
-        which = "GPU lost (fallen off the bus, Xid 79)" if hw else "row remapping failed"
-        return Decision(host, Action.NOT_DRIVER, f"{which}: {HARDWARE_ADVICE}", ids, **base)
-    pkgs = facts.packages
-    booted = facts.system.kernel
-    names: tuple[str, ...]
-    if "GPU-DRV-003" in ids:
-        if not expected:
-            return Decision(
-                host, Action.MANUAL, "driver not installed and no nvidia_driver_expected_version in the inventory",
-                ids, blocked="nvidia_driver_expected_version is not set for this host", **base,
-            )
-        branch, problem = _install_branch(host_vars, pkgs.driver_branch, expected)
-        if branch is None:
-            return Decision(host, Action.MANUAL, f"driver not installed: {problem}", ids, blocked=problem, **base)
-        names = driver_install_packages(branch)
-        driver: str | None = names[0]
-        decision = Decision(
-            host, Action.INSTALL, f"driver not installed: install {driver} {expected}", ids,
-            target_kernel=booted, driver_package=driver, driver_version=None,
-            install_packages=tuple(n for n in names if n not in pkgs.nvidia_names),
-            hold_packages=_holds(facts, booted, names, headers=False), needs_reboot=True,
-            steps=(f"install {driver}={expected}-* (version resolved on the host)", "hold kernel and driver packages",
-                   "reboot", "gate: NVML answers with " + expected),
-            **base,
-        )
-    elif "GPU-DRV-001" in ids or "GPU-DRV-008" in ids:
-        driver = pkgs.driver_package
-        version = _installed_debian_version(facts, driver)
-        previous = _newest_kernel_with_module(facts)
-        names = tuple(n for n in pkgs.nvidia_names if n.startswith(("nvidia-", "libnvidia-")))
-        refused = "GPU-DRV-008" in ids and "GPU-DRV-001" not in ids
-        what = "a module Secure Boot refuses" if refused else "no NVIDIA module"
-        if prefer is Prefer.PREVIOUS_KERNEL and previous is not None:
-            decision = Decision(
-                host, Action.PREVIOUS_KERNEL,
-                f"booted kernel {booted} has {what}; {previous} has one that loads: boot it (GRUB_DEFAULT)", ids,
-                target_kernel=previous, driver_package=driver, driver_version=version,
-                hold_packages=_holds(facts, previous, names, headers=False), needs_reboot=True,
-                steps=(f'set GRUB_DEFAULT="{grub_default_for(previous)}"', "update-grub",
-                       "hold kernel and driver packages", f"reboot into {previous}",
-                       f"gate: NVML answers with {expected or 'the installed driver'}"),
-                **base,
-            )
-        else:
-            if driver is None or version is None:
-                return Decision(
-                    host, Action.MANUAL, "module missing but no NVIDIA driver package installed to rebuild from",
-                    ids, blocked="no driver package to reinstall", **base,
-                )
-            note = "" if prefer is Prefer.REBUILD or previous else " (no other kernel has a module that loads)"
-            decision = _rebuild(host, facts, ids, booted, module_source, names, needs_reboot=True,
-                                why=f"booted kernel {booted} has {what}{note}", gate=expected, base=base)
-    elif "GPU-DRV-002" in ids and expected and not _upstream(
-        _installed_debian_version(facts, pkgs.driver_package)
-    ).startswith(expected):
-        # A reboot would load the module of the installed userspace, not the fleet's driver: the gate would fail
-        # and the run would be undone. Whoever upgraded the driver decides: downgrade it or change the fleet's version.
-        installed = _upstream(_installed_debian_version(facts, pkgs.driver_package)) or "unknown"
-        decision = Decision(
-            host, Action.MANUAL,
-            f"driver userspace {installed} differs from the fleet's expected {expected}: a reboot would load"
-            f" {installed}; install {expected} or set nvidia_driver_expected_version to {installed}",
-            ids, **base,
-        )
-    elif "GPU-DRV-002" in ids:
-        names = tuple(n for n in pkgs.nvidia_names if n.startswith(("nvidia-", "libnvidia-")))
-        decision = Decision(
-            host, Action.REBOOT, "driver userspace and loaded kernel module differ: reboot to load the module", ids,
-            target_kernel=booted, driver_package=pkgs.driver_package,
-            driver_version=_installed_debian_version(facts, pkgs.driver_package),
-            hold_packages=_holds(facts, booted, names, headers=False), needs_reboot=True,
-            steps=("hold kernel and driver packages", "reboot", f"gate: NVML answers with {expected or 'the driver'}"),
-            **base,
-        )
-    elif "GPU-KRN-001" in ids and pkgs.driver_package and _installed_debian_version(facts, pkgs.driver_package):
-        # Predictive: a newer installed kernel has no module (or one Secure Boot refuses); build it now so the next
-        # reboot keeps the GPUs.
-        newer = _newest_kernel_without_module(facts)
-        names = tuple(n for n in pkgs.nvidia_names if n.startswith(("nvidia-", "libnvidia-")))
-        decision = _rebuild(host, facts, ids, newer, module_source, names, needs_reboot=False,
-                            why=f"kernel {newer} is installed without a module that loads: provide it before a reboot",
-                            gate=None, base=base)
-    elif facts.nvml.ok:
-        return Decision(host, Action.NONE, "NVML answers: nothing to restore", ids, **base)
-    else:
-        return Decision(
-            host, Action.MANUAL, f"NVML {facts.nvml.error_class}: not repaired automatically; see the audit's runbook",
-            ids, **base,
-        )
-    # Guards for a changing decision.
-    blocked = None
-    if "GPU-APT-001" in ids or facts.dpkg_lock.held:
-        holder = facts.dpkg_lock.holder_comm or "another process"
-        blocked = f"dpkg lock held by {holder} (pid {facts.dpkg_lock.holder_pid or '?'})"
-    procs = _gpu_processes(facts)
-    if blocked is None and procs and not force:
-        blocked = "GPU compute processes running (" + "; ".join(procs[:4]) + "): pass --force to restore anyway"
-    if blocked is None and not force and facts.nvml.failed:
-        blocked = _cannot_tell(facts)
-    if blocked is not None:
-        return replace(decision, blocked=blocked)
-    return decision
+    base: dict[str, Any] = {"booted_kernel": facts.system.kernel, "expected_version": expected}
+    case = _Case(host, facts, ids, host_vars, prefer, force, module_source, cordoned, expected, base)
+    rule = next(r for r in _RULES if r.applies(case))
+    decision = rule.decide(case)
+    if not rule.guarded:
+        return decision
+    blocked = next((why for guard in _GUARDS if (why := guard.blocks(case)) is not None), None)
+    return decision if blocked is None else replace(decision, blocked=blocked)
 
