@@ -19,9 +19,9 @@ from lab.faults import inject
 from remediation.audit import AuditOptions, run_audit
 from remediation.fanout import Status
 from remediation.inventory import load
-from remediation.restore.errors import RestoreError
 from remediation.restore.flow import HostStatus, RestoreOptions, driver_restore
 from remediation.restore.rules import Action
+from remediation.rollout.errors import RolloutError
 from remediation.rollout.lock import host_leases
 from tests.conftest import make_lab, require_lab, ssh
 
@@ -130,10 +130,10 @@ def test_leases_are_taken_as_root_through_sudo(fleet: Any, tmp_path: Path) -> No
 def test_a_lease_refused_by_sudo_or_permissions_is_named_not_unreachable(fleet: Any, tmp_path: Path) -> None:
     inv = _inventory(fleet, tmp_path, gpu1_become=False)
     fleet.host_path("gpu-1", LEASE).parent.mkdir(parents=True, exist_ok=True)
-    with pytest.raises(RestoreError) as pw, host_leases(load(inv, "gpu", "gpu-2"), run_id="r", fleet="gpu"):
+    with pytest.raises(RolloutError) as pw, host_leases(load(inv, "gpu", "gpu-2"), run_id="r", fleet="gpu"):
         pass
     assert str(pw.value) == f"could not take the rollout lease on host gpu-2: {PW_LINE}"
-    with pytest.raises(RestoreError) as plain, host_leases(load(inv, "gpu", "gpu-1"), run_id="r", fleet="gpu"):
+    with pytest.raises(RolloutError) as plain, host_leases(load(inv, "gpu", "gpu-1"), run_id="r", fleet="gpu"):
         pass
     assert "gpu-1" in str(plain.value) and "Permission denied" in str(plain.value)
     assert "set ansible_become: true" in str(plain.value)
