@@ -24,9 +24,9 @@ sys.path.insert(0, str(ROOT))
 
 from lab.config import LabConfig, test_prefix  # noqa: E402
 from lab.control import Lab  # noqa: E402
-from remediation.audit import AuditOptions, probe_command, run_audit  # noqa: E402
-from remediation.inventory import load  # noqa: E402
+from remediation.host.audit import AuditOptions, probe_command, run_audit  # noqa: E402
 from remediation.probe import bundle  # noqa: E402
+from remediation.transport.inventory import load  # noqa: E402
 
 
 def pss_per_host(lab: Lab, hosts: int) -> float:

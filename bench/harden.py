@@ -33,11 +33,11 @@ sys.path.insert(0, str(ROOT))
 
 from lab.config import LabConfig, test_prefix  # noqa: E402
 from lab.control import Lab  # noqa: E402
-from remediation.audit import AuditOptions, run_audit  # noqa: E402
-from remediation.harden import harden  # noqa: E402
-from remediation.inventory import load  # noqa: E402
+from remediation.host.audit import AuditOptions, run_audit  # noqa: E402
+from remediation.host.harden import harden  # noqa: E402
 from remediation.kernelupdate.flow import KernelUpdateOptions, kernel_update  # noqa: E402
-from remediation.runner import collections_first  # noqa: E402
+from remediation.transport.inventory import load  # noqa: E402
+from remediation.transport.runner import collections_first  # noqa: E402
 
 
 def timed(fn):  # type: ignore[no-untyped-def]

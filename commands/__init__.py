@@ -18,7 +18,7 @@ from typing import Any, TypeVar
 
 from invoke import Exit
 
-from remediation.exitcodes import ExitCode
+from remediation.core.exitcodes import ExitCode
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -41,7 +41,7 @@ def edge(func: F) -> F:
 
     @functools.wraps(func)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
-        from remediation.errors import RemediationError
+        from remediation.core.errors import RemediationError
 
         try:
             try:
@@ -70,7 +70,7 @@ def require_confirmation(what: str, *, check: bool, yes: bool, preview: str) -> 
     """
     if check or yes or (sys.stdin is not None and sys.stdin.isatty()):
         return
-    from remediation.errors import UsageError
+    from remediation.core.errors import UsageError
 
     raise UsageError(f"{what} and there is no terminal to confirm on: pass --yes, or --check {preview}")
 
@@ -137,7 +137,7 @@ def preflight(path: Path) -> None:
     turns them into one line on stderr and exit 2.
     """
     from remediation.config import check_config_file
-    from remediation.errors import RemediationError
+    from remediation.core.errors import RemediationError
 
     try:
         check_config_file(path, SECTIONS)
@@ -159,13 +159,13 @@ def settings(c: Any, cls: type[Any], name: str) -> Any:
 
 def with_collections(func: F) -> F:
     """Run a task that runs playbooks with ``ansible.collections_path`` (under the project directory) searched first
-    for the collection ``gpufleet.remediation`` (:func:`remediation.runner.collections_first`). Goes under
+    for the collection ``gpufleet.remediation`` (:func:`remediation.transport.runner.collections_first`). Goes under
     :func:`edge`, which reports a bad ``ansible:`` section."""
 
     @functools.wraps(func)
     def wrapper(c: Any, *args: Any, **kwargs: Any) -> Any:
         from remediation.config import AnsibleSettings
-        from remediation.runner import collections_first
+        from remediation.transport.runner import collections_first
 
         cfg = settings(c, AnsibleSettings, "ansible")
         with collections_first(under_project(c, path) for path in cfg.directories()):
@@ -177,8 +177,8 @@ def with_collections(func: F) -> F:
 def fleet_hosts(c: Any, fleet: str, inventory: str | None, limit: str | None) -> tuple[list[Any], str, str]:
     """The fleet's hosts (after ``--limit``), the inventory path and the group, from ``fleets:`` or ``--inventory``."""
     from remediation.config import fleets_from_mapping
-    from remediation.errors import InventoryError
-    from remediation.inventory import load
+    from remediation.core.errors import InventoryError
+    from remediation.transport.inventory import load
 
     fleets = fleets_from_mapping(c.config.get("fleets", {}), config_source(c, "fleets"))
     if fleet not in fleets and inventory is None:
@@ -199,9 +199,9 @@ def fleet_hosts(c: Any, fleet: str, inventory: str | None, limit: str | None) ->
 
 
 def audit_options(c: Any, concurrency: Any = None, timeout: Any = None) -> Any:
-    """:class:`~remediation.audit.AuditOptions` from ``audit:``, with the flags that override it."""
-    from remediation.audit import AuditOptions
+    """:class:`~remediation.host.audit.AuditOptions` from ``audit:``, with the flags that override it."""
     from remediation.config import AuditSettings, positive
+    from remediation.host.audit import AuditOptions
 
     cfg = settings(c, AuditSettings, "audit")
     return AuditOptions(
@@ -221,7 +221,7 @@ def read_input(file: str | None, task: str = "diagnose") -> tuple[str, str]:
     Bytes are decoded as UTF-8 with stray bytes replaced (field text holds them), whatever the locale says: stdin is
     read from its byte buffer, never through the locale's strict text layer.
     """
-    from remediation.errors import ParseError, UsageError
+    from remediation.core.errors import ParseError, UsageError
 
     if not file:
         if sys.stdin is None or sys.stdin.isatty():

@@ -7,7 +7,7 @@ from typing import Any
 from invoke import Collection, Exit, task
 
 from commands import edge, read_input, settings, shown
-from remediation.exitcodes import ExitCode
+from remediation.core.exitcodes import ExitCode
 
 
 def _cfg(c: Any) -> Any:
@@ -17,7 +17,7 @@ def _cfg(c: Any) -> Any:
 
 
 def _number(flag: str, value: Any, kind: type = int) -> Any:
-    from remediation.errors import UsageError
+    from remediation.core.errors import UsageError
 
     try:
         return kind(value)
@@ -28,7 +28,7 @@ def _number(flag: str, value: Any, kind: type = int) -> Any:
 def _write(out: str | None, content: str) -> None:
     from pathlib import Path
 
-    from remediation.errors import UsageError
+    from remediation.core.errors import UsageError
 
     if out is None:
         print(content, end="")
@@ -57,7 +57,7 @@ def diagnose(c, file=None, format="text", tpm_limit=None, deployment=None):  # t
 
     from remediation.aoai.analysis import analyse
     from remediation.aoai.report import render_analysis
-    from remediation.errors import UsageError
+    from remediation.core.errors import UsageError
 
     if format not in ("text", "json"):
         raise UsageError(f"--format {format!r} must be text or json")
@@ -140,7 +140,7 @@ def fake(c, deployment=None, window=60.0, huge_retry_after=None, port=0, duratio
     import time
 
     from lab.services.aoai import FakeAzureOpenAI, FakeDeployment
-    from remediation.errors import UsageError
+    from remediation.core.errors import UsageError
 
     specs = list(deployment or ["gpt-4o:80000"])
     huge = set((huge_retry_after or "").split(",")) - {""}

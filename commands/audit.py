@@ -9,7 +9,7 @@ from typing import Any
 from invoke import Collection, Exit, task
 
 from commands import FLEET_HELP, audit_options, edge, fleet_hosts, read_input, settings, under_project
-from remediation.exitcodes import ExitCode
+from remediation.core.exitcodes import ExitCode
 
 
 @task(
@@ -46,10 +46,10 @@ def audit(  # type: ignore[no-untyped-def]
     """
     from rich.console import Console
 
-    from remediation.audit import run_audit
     from remediation.config import AuditSettings
-    from remediation.errors import UsageError
-    from remediation.findings import Severity
+    from remediation.core.errors import UsageError
+    from remediation.core.findings import Severity
+    from remediation.host.audit import run_audit
     from remediation.report.console import console, progress_bar
     from remediation.report.formats import FORMATS, render
 
@@ -73,8 +73,8 @@ def audit(  # type: ignore[no-untyped-def]
         else:
             sys.stdout.write(text if text.endswith("\n") else text + "\n")
     if history:
-        from remediation.history import compare, load_previous, render_comparison
-        from remediation.history import save as save_history
+        from remediation.host.history import compare, load_previous, render_comparison
+        from remediation.host.history import save as save_history
 
         directory = under_project(c, cfg.history_dir)
         comparison = compare(load_previous(directory, fleet), result)
@@ -99,9 +99,9 @@ def diagnose(c, file=None, format="text", kind=None):  # type: ignore[no-untyped
     """Paste error text from the field; get the finding and its runbook. Exit 1 when something is found."""
     import json
 
-    from remediation.diagnose import diagnose as run
-    from remediation.diagnose import render_text
-    from remediation.errors import ParseError
+    from remediation.core.errors import ParseError
+    from remediation.host.diagnose import diagnose as run
+    from remediation.host.diagnose import render_text
 
     if format not in ("text", "json"):
         raise ParseError(f"--format {format!r} must be text or json")

@@ -37,7 +37,7 @@ from invoke import Exit, ParseError, Program
 from invoke.config import AmbiguousMergeError, UnknownFileType
 from invoke.vendor import yaml as invoke_yaml
 
-from remediation.exitcodes import ExitCode
+from remediation.core.exitcodes import ExitCode
 
 __all__ = ["FleetProgram", "main", "program"]
 

@@ -16,7 +16,7 @@ from commands.lab import the_lab
 @with_collections
 def demo(c, hosts=3, scene=None):  # type: ignore[no-untyped-def]
     """Game day: every runbook scenario as on-call meets it, on the lab and local stand-ins; checks itself."""
-    from remediation.errors import UsageError
+    from remediation.core.errors import UsageError
 
     try:
         from demo import run_demo

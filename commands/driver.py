@@ -101,10 +101,10 @@ def driver_restore(  # type: ignore[no-untyped-def]
 
     Exit codes: 0 every host restored or healthy (or --check); 1 a host not restored; 2 bad input; 4 lock held.
     """
-    from remediation.inventory import load
     from remediation.report.console import console
     from remediation.report.restore_view import print_restore_plan, print_restore_result, render_restore_report
     from remediation.restore.flow import driver_restore as run
+    from remediation.transport.inventory import load
 
     check = bool(check or dry_run)
     options = restore_options(

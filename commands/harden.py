@@ -49,8 +49,8 @@ def harden(  # type: ignore[no-untyped-def]
 
     Exit codes: 0 converged (or --check / not confirmed); 1 a host is not hardened; 2 bad input.
     """
-    from remediation.errors import UsageError
-    from remediation.harden import harden as run
+    from remediation.core.errors import UsageError
+    from remediation.host.harden import harden as run
     from remediation.report.console import console
     from remediation.report.converge import print_harden_plan, print_harden_result
 

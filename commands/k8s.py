@@ -9,7 +9,7 @@ from typing import Any
 from invoke import Collection, Exit, task
 
 from commands import edge, project_dir, read_input, settings
-from remediation.exitcodes import ExitCode
+from remediation.core.exitcodes import ExitCode
 
 
 def _k8s(c: Any) -> Any:
@@ -27,7 +27,7 @@ def _write(text: str, out: str | None, what: str) -> None:
 
 
 def _format(format: str) -> None:
-    from remediation.errors import UsageError
+    from remediation.core.errors import UsageError
 
     if format not in ("text", "json"):
         raise UsageError(f"--format {format!r} must be text or json")
@@ -96,7 +96,7 @@ def diagnose_pending(  # type: ignore[no-untyped-def]
     Exit codes: 0 nothing blocks the pod; 1 a finding (the pod is blocked, the fix is printed); 2 bad input;
     3 the Kubernetes API could not be asked.
     """
-    from remediation.errors import UsageError
+    from remediation.core.errors import UsageError
     from remediation.k8s.capacity import pools_from_dict, usages_from_dict
     from remediation.k8s.pending import diagnose_pending as run
     from remediation.k8s.report import pending_json, print_pending
@@ -207,7 +207,7 @@ def diagnose_latency(c, snapshot, facts=None, logs=None, metrics=None, format="t
 @edge
 def alerts(c, format="rules", out=None, temp_c=None, pending_minutes=None, namespace="monitoring"):  # type: ignore[no-untyped-def]
     """Prometheus alert rules: GPU temperature and Xid (DCGM), GPU pods Pending (kube-state-metrics)."""
-    from remediation.errors import UsageError
+    from remediation.core.errors import UsageError
     from remediation.k8s.alerts import render_rules
 
     cfg = _k8s(c)

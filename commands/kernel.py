@@ -96,7 +96,6 @@ def kernel_update(  # type: ignore[no-untyped-def]
 
     Exit codes: 0 every host moved or current (or --check); 1 a host did not move; 2 bad input; 4 lock held.
     """
-    from remediation.inventory import load
     from remediation.kernelupdate.flow import kernel_update as run
     from remediation.report.console import console
     from remediation.report.kernel_update_view import (
@@ -104,6 +103,7 @@ def kernel_update(  # type: ignore[no-untyped-def]
         print_kernel_result,
         render_kernel_report,
     )
+    from remediation.transport.inventory import load
 
     check = bool(check or dry_run)
     options = kernel_options(

@@ -8,7 +8,7 @@ from typing import Any
 from invoke import Collection, Exit, task
 
 from commands import FLEET_HELP, audit_options, edge, fleet_hosts, read_input, settings
-from remediation.exitcodes import ExitCode
+from remediation.core.exitcodes import ExitCode
 
 JOB_HELP = {
     "model": "built-in model: Llama-2-7b/13b/70b, Llama-3-8B/70B, Llama-3.2-1B/3B, Mistral-7B, Phi-3-mini, "
@@ -37,7 +37,7 @@ JOB_HELP = {
 
 def job_flags(**flags: Any) -> Any:
     """:class:`~remediation.train.api.JobFlags` from the task's flags (strings from the command line typed here)."""
-    from remediation.errors import UsageError
+    from remediation.core.errors import UsageError
     from remediation.train.api import JobFlags
 
     def number(name: str, kind: type, default: Any) -> Any:
@@ -115,7 +115,7 @@ def plan(  # type: ignore[no-untyped-def]
     """
     import json
 
-    from remediation.errors import UsageError
+    from remediation.core.errors import UsageError
     from remediation.train.api import capacity_from_host, plan_job
     from remediation.train.render import plan_to_dict, print_plan
     from remediation.train.settings import TrainSettings
@@ -185,8 +185,8 @@ def diagnose_oom(  # type: ignore[no-untyped-def]
     """
     import json
 
-    from remediation.diagnose import DiagnoseResult, render_text
-    from remediation.errors import UsageError
+    from remediation.core.errors import UsageError
+    from remediation.host.diagnose import DiagnoseResult, render_text
     from remediation.train.api import diagnose_oom as run
     from remediation.train.settings import TrainSettings
 
@@ -228,10 +228,10 @@ def monitor(  # type: ignore[no-untyped-def]
     """
     from pathlib import Path
 
-    from remediation.errors import UsageError
-    from remediation.fanout import Status
+    from remediation.core.errors import UsageError
     from remediation.train.monitor import monitor as run
     from remediation.train.settings import TrainSettings
+    from remediation.transport.fanout import Status
 
     cfg = settings(c, TrainSettings, "train")
     try:

@@ -19,8 +19,8 @@ from typing import TYPE_CHECKING
 from rich.rule import Rule
 from rich.table import Table
 
-from remediation.errors import UsageError
-from remediation.exitcodes import ExitCode
+from remediation.core.errors import UsageError
+from remediation.core.exitcodes import ExitCode
 from remediation.report.console import console
 
 if TYPE_CHECKING:

@@ -35,7 +35,7 @@ from remediation.aoai.records import RequestRecord
 from remediation.aoai.report import render_analysis
 from remediation.aoai.settings import AoaiSettings
 from remediation.aoai.templates import alert_parameters, render_json
-from remediation.diagnose import diagnose, render_text
+from remediation.host.diagnose import diagnose, render_text
 
 WINDOW_S = 3.0  # the stand-in's minute
 SCALE = 60.0 / WINDOW_S

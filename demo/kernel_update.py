@@ -18,8 +18,8 @@ from __future__ import annotations
 from rich.rule import Rule
 
 from demo import Scene, SceneContext
-from remediation.audit import AuditOptions, run_audit
-from remediation.inventory import load
+from remediation.host.audit import AuditOptions, run_audit
+from remediation.transport.inventory import load
 
 NEW = {"generic": "6.5.0-45-generic", "azure": "6.5.0-1025-azure"}
 SOURCE = {"generic": "dkms", "azure": "signed"}

@@ -20,10 +20,10 @@ from rich.rule import Rule
 from demo import Scene, SceneContext
 from lab.control import Lab
 from lab.faults import inject
-from remediation.audit import AuditOptions, AuditResult, run_audit
-from remediation.diagnose import diagnose, render_text
-from remediation.inventory import load
+from remediation.host.audit import AuditOptions, AuditResult, run_audit
+from remediation.host.diagnose import diagnose, render_text
 from remediation.report.formats import render
+from remediation.transport.inventory import load
 
 BROKEN = "gpu-2"
 
@@ -97,7 +97,7 @@ def run(ctx: SceneContext) -> bool:
     ok &= restore.exit_code == 0
 
     console.print(Rule("6. invoke harden --fleet gpu --yes, then the same weekend on gpu-3"))
-    from remediation.harden import harden
+    from remediation.host.harden import harden
     from remediation.report.converge import print_harden_plan, print_harden_result
 
     hardened = harden(

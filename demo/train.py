@@ -17,7 +17,7 @@ import io
 from rich.rule import Rule
 
 from demo import Scene, SceneContext
-from remediation.diagnose import diagnose
+from remediation.host.diagnose import diagnose
 from remediation.train.api import JobFlags, diagnose_oom, plan_job
 from remediation.train.render import print_plan
 from remediation.train.settings import TrainSettings
@@ -98,8 +98,8 @@ def run(ctx: SceneContext) -> bool:
 
 def _monitor(ctx: SceneContext) -> bool:
     from lab.faults import inject
-    from remediation.inventory import load
     from remediation.train.monitor import monitor, parse_csv
+    from remediation.transport.inventory import load
 
     console, lab = ctx.console, ctx.lab
     if lab.supervisor_pid() is None or HOST not in lab.existing_hosts():

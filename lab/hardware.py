@@ -10,7 +10,7 @@ import os
 import uuid
 from pathlib import Path
 
-from remediation.skus import SIZES, VmSize
+from remediation.core.skus import SIZES, VmSize
 
 from .errors import LabError
 

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import yaml
 
-from remediation.skus import expected_gpu_count
+from remediation.core.skus import expected_gpu_count
 
 from . import packages
 from .config import HOST_SETTINGS, LOGIN_USER, LabConfig, LabPaths

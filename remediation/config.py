@@ -23,8 +23,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
 
-from remediation.errors import UsageError
-from remediation.exitcodes import ExitCode
+from remediation.core.errors import UsageError
+from remediation.core.exitcodes import ExitCode
 
 __all__ = [
     "POSITIVE",
@@ -120,7 +120,7 @@ def _mapping(data: Any, where: str, source: str) -> dict[str, Any]:
 def load_section(cls: type[T], data: Mapping[str, Any] | None, name: str, source: str = "invoke.yaml") -> T:
     """The ``name:`` section of the config as ``cls`` (a dataclass); missing keys take the dataclass defaults.
 
-    Raises :class:`~remediation.errors.UsageError` naming ``name.key`` and ``source`` (the config file that set the
+    Raises :class:`~remediation.core.errors.UsageError` naming ``name.key`` and ``source`` (the config file that set the
     section) for a section that is not a mapping, an unknown key, a value of the wrong type or, for a field marked
     :data:`POSITIVE`, a number not above 0.
     """

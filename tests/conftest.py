@@ -76,7 +76,7 @@ def checkout_collection() -> Iterator[None]:
     """The library's playbook runs in the tests (harden, driver-restore, kernel-update called directly) use the
     working tree's playbooks, as ``invoke`` in the checkout does through ``ansible.collections_path``: the checkout's
     ``collections/`` first, ahead of any installed copy of gpufleet.remediation."""
-    from remediation.runner import collections_first
+    from remediation.transport.runner import collections_first
 
     with collections_first([ROOT / "collections"]):
         yield

@@ -24,16 +24,16 @@ def _library(module: str) -> Any:
 
 def gpufleet_kernel_update_query(doc):
     """The shell command that asks apt what it offers for the host's flavour (run on the host)."""
-    facts = _library("remediation.facts").facts_from_dict(doc)
+    facts = _library("remediation.core.facts").facts_from_dict(doc)
     query = _library("remediation.kernelupdate.rules").available_query
     return query(facts.system.kernel_flavour or "none", facts.packages.driver_branch)
 
 
 def gpufleet_kernel_update_plan(doc, host, host_vars, available_text, kernel="", module_source="auto", force=False,
                                 cordon_marker=None):
-    checks = _library("remediation.checks")
+    checks = _library("remediation.core.checks")
     rules = _library("remediation.kernelupdate.rules")
-    facts = _library("remediation.facts").facts_from_dict(doc, host=host)
+    facts = _library("remediation.core.facts").facts_from_dict(doc, host=host)
     findings = checks.run_checks(facts, checks.Policy())
     return rules.plan_host(
         host, facts, findings, host_vars, rules.parse_available(available_text or ""), kernel=kernel or None,

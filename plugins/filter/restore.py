@@ -29,8 +29,8 @@ def _library(module: str) -> Any:
 
 def gpufleet_restore_decision(doc, host, host_vars, prefer="rebuild", force=False, cordon_marker=None,
                               module_source="auto"):
-    checks = _library("remediation.checks")
-    facts_from_dict = _library("remediation.facts").facts_from_dict
+    checks = _library("remediation.core.checks")
+    facts_from_dict = _library("remediation.core.facts").facts_from_dict
     decide = _library("remediation.restore.rules").decide
 
     facts = facts_from_dict(doc, host=host)

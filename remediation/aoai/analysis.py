@@ -34,8 +34,8 @@ from remediation.aoai import text as text_mod
 from remediation.aoai.hints import retry_hint
 from remediation.aoai.rules import MinuteLoad, Throttle, describe_hint, load_findings, throttle_findings
 from remediation.aoai.settings import AoaiSettings
-from remediation.errors import AoaiError
-from remediation.findings import Finding
+from remediation.core.errors import AoaiError
+from remediation.core.findings import Finding
 
 __all__ = ["Analysis", "analyse"]
 
@@ -111,10 +111,10 @@ def analyse(
 ) -> Analysis:
     """Read ``text`` (request records, response logs or a metrics export) and diagnose it.
 
-    Raises :class:`~remediation.errors.AoaiError` naming ``source`` when nothing in it is a request or a metric, or
-    when it is over the input cap (:func:`remediation.parsers.check_size`).
+    Raises :class:`~remediation.core.errors.AoaiError` naming ``source`` when nothing in it is a request or a metric, or
+    when it is over the input cap (:func:`remediation.core.parsers.check_size`).
     """
-    from remediation.parsers import check_size
+    from remediation.core.parsers import check_size
 
     check_size(text, source, AoaiError)
     limit = settings.tpm_limit if tpm_limit is None else tpm_limit

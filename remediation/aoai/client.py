@@ -68,7 +68,7 @@ from remediation.aoai.admission import Admission, Limits, default_rpm
 from remediation.aoai.hints import RetryHint, retry_hint
 from remediation.aoai.records import ClientStats, LogSink, RequestRecord, Sink
 from remediation.aoai.tokens import OFFLINE_ENCODING, TokenCounter, TokenEstimate, counter, estimate_request
-from remediation.errors import UsageError
+from remediation.core.errors import UsageError
 
 __all__ = ["AoaiTransport", "ClientConfig", "Deployment", "Pool", "azure_openai", "http_client"]
 

@@ -1,6 +1,6 @@
 """``invoke diagnose`` kind ``aoai-429``: a pasted Azure OpenAI 429 (body, headers, SDK exception).
 
-Registered with :mod:`remediation.parsers` when that module's plugins load. The facts always carry the three keys
+Registered with :mod:`remediation.core.parsers` when that module's plugins load. The facts always carry the three keys
 of the contract: ``retry_after_seconds`` (a number or ``None``: the value the text states, header or body),
 ``limit_kind`` (``tokens | requests | unknown``) and ``deployment`` (or ``None``); the findings come from
 :func:`remediation.aoai.rules.throttle_findings`, the rule ``invoke aoai.diagnose`` uses for logs.
@@ -13,8 +13,8 @@ from typing import Any
 from remediation.aoai import text as text_mod
 from remediation.aoai.rules import Throttle, describe_hint, throttle_findings
 from remediation.aoai.settings import AoaiSettings
-from remediation.findings import Finding
-from remediation.parsers import KindSpec, register
+from remediation.core.findings import Finding
+from remediation.core.parsers import KindSpec, register
 
 __all__ = ["diagnose_429"]
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from remediation.aoai.analysis import Analysis
-from remediation.diagnose import DiagnoseResult, render_text
+from remediation.host.diagnose import DiagnoseResult, render_text
 
 __all__ = ["render_analysis"]
 

@@ -17,7 +17,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from remediation.aoai.settings import AoaiSettings
-from remediation.findings import Finding, Severity, make_finding
+from remediation.core.findings import Finding, Severity, make_finding
 
 __all__ = ["MinuteLoad", "Throttle", "describe_hint", "load_findings", "throttle_findings"]
 

@@ -23,8 +23,8 @@ from pathlib import Path
 from typing import Any
 
 from remediation.aoai.settings import AoaiSettings
-from remediation.errors import TemplateError
-from remediation.resources import package_dir
+from remediation.core.errors import TemplateError
+from remediation.core.resources import package_dir
 
 __all__ = [
     "ALERTS_FILE",

@@ -12,13 +12,12 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from remediation import skus
-from remediation.exitcodes import ExitCode
-from remediation.findings import Finding
-
-from .client import ArmClient
-from .errors import AzureInputError
-from .quota import REGIONAL_VCPUS, QuotaUsage, fetch_usages, find
+from remediation.azure.client import ArmClient
+from remediation.azure.errors import AzureInputError
+from remediation.azure.quota import REGIONAL_VCPUS, QuotaUsage, fetch_usages, find
+from remediation.core import skus
+from remediation.core.exitcodes import ExitCode
+from remediation.core.findings import Finding
 
 __all__ = ["AKS_API", "GPU_TAINT", "Headroom", "NodePool", "PoolsReport", "pool_from_dict", "pools_report"]
 
@@ -162,7 +161,7 @@ def check_name(value: str | None, flag: str, example: str) -> str:
 
 def pools_report(client: ArmClient, cluster: str, resource_group: str, subscription: str | None = None) -> PoolsReport:
     """The cluster's pools, their quota headroom, and the findings (:mod:`.checks`)."""
-    from .checks import pool_findings
+    from remediation.azure.checks import pool_findings
 
     sub = subscription or client.session.subscription_id
     base = (f"/subscriptions/{sub}/resourceGroups/{resource_group}/providers/Microsoft.ContainerService/"

@@ -15,11 +15,11 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING
 
-from remediation.findings import Finding, make_finding
+from remediation.core.findings import Finding, make_finding
 
 if TYPE_CHECKING:
-    from .aks import Headroom, NodePool
-    from .quota import QuotaUsage
+    from remediation.azure.aks import Headroom, NodePool
+    from remediation.azure.quota import QuotaUsage
 
 __all__ = ["pool_findings", "quota_findings"]
 

@@ -25,9 +25,9 @@ from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
-from .errors import ArmError, AzureLoginError
-from .session import ArmSession
-from .settings import AzureSettings
+from remediation.azure.errors import ArmError, AzureLoginError
+from remediation.azure.session import ArmSession
+from remediation.azure.settings import AzureSettings
 
 __all__ = ["TERMINAL_STATES", "ArmClient", "ArmResponse", "ClientStats", "LroOutcome"]
 

@@ -7,8 +7,8 @@ request (``ContactSupport``). No message ever carries a token.
 
 from __future__ import annotations
 
-from remediation.errors import AzureApiError
-from remediation.exitcodes import ExitCode
+from remediation.core.errors import AzureApiError
+from remediation.core.exitcodes import ExitCode
 
 __all__ = [
     "ArmError",

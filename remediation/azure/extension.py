@@ -23,8 +23,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from .client import ArmClient
-from .errors import ArmError, AzureInputError
+from remediation.azure.client import ArmClient
+from remediation.azure.errors import ArmError, AzureInputError
 
 __all__ = [
     "COMPUTE_API",

@@ -28,8 +28,8 @@ import re
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from remediation import skus
-from remediation.facts import HostFacts
+from remediation.core import skus
+from remediation.core.facts import HostFacts
 from remediation.kernelflavour import signed_module_package
 
 __all__ = ["SUPPORTED_UBUNTU", "driver_type", "refusal", "reported_driver_version"]

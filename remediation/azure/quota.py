@@ -19,12 +19,11 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from remediation import skus
-from remediation.exitcodes import ExitCode
-
-from .client import ArmClient, LroOutcome
-from .errors import AzureInputError, ContactSupportError, QuotaRequestFailed
-from .regions import normalize_location
+from remediation.azure.client import ArmClient, LroOutcome
+from remediation.azure.errors import AzureInputError, ContactSupportError, QuotaRequestFailed
+from remediation.azure.regions import normalize_location
+from remediation.core import skus
+from remediation.core.exitcodes import ExitCode
 
 __all__ = [
     "COMPUTE_API",

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from .errors import AzureInputError
+from remediation.azure.errors import AzureInputError
 
 __all__ = ["KNOWN_LOCATIONS", "normalize_location"]
 

@@ -24,12 +24,11 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from remediation.findings import Finding
+from remediation.azure.aks import PoolsReport
+from remediation.azure.checks import quota_findings
+from remediation.azure.quota import QuotaPlan, QuotaRequestResult, QuotaUsage, UsageReport
+from remediation.core.findings import Finding
 from remediation.report.prometheus import escape_help, escape_label_value
-
-from .aks import PoolsReport
-from .checks import quota_findings
-from .quota import QuotaPlan, QuotaRequestResult, QuotaUsage, UsageReport
 
 __all__ = [
     "QUOTA_METRICS",

@@ -32,16 +32,9 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from remediation.audit import HostAudit
-from remediation.fanout import Status, fan_out
-from remediation.inventory import Host, load
-from remediation.restore.rules import Decision, Prefer, decide
-from remediation.rollout.journal import JOURNAL_PATH, JOURNAL_SCHEMA
-from remediation.runner import HostOutcome, HostState, PlaybookResult, TaskChange
-
-from .client import ArmClient
-from .errors import AzureApiError
-from .extension import (
+from remediation.azure.client import ArmClient
+from remediation.azure.errors import AzureApiError
+from remediation.azure.extension import (
     EXTENSION_TYPE,
     PUBLISHER,
     ExtensionConfig,
@@ -53,9 +46,15 @@ from .extension import (
     reinstall,
     vm_ref,
 )
-from .limits import refusal, reported_driver_version
-from .session import cli_session
-from .settings import AzureSettings
+from remediation.azure.limits import refusal, reported_driver_version
+from remediation.azure.session import cli_session
+from remediation.azure.settings import AzureSettings
+from remediation.host.audit import HostAudit
+from remediation.restore.rules import Decision, Prefer, decide
+from remediation.rollout.journal import JOURNAL_PATH, JOURNAL_SCHEMA
+from remediation.transport.fanout import Status, fan_out
+from remediation.transport.inventory import Host, load
+from remediation.transport.runner import HostOutcome, HostState, PlaybookResult, TaskChange
 
 __all__ = ["REBOOT_GUARD", "apply", "guard", "plan_host", "undo"]
 

@@ -11,10 +11,10 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from .aks import PoolsReport, check_name, pools_report
-from .client import ArmClient
-from .errors import AzureInputError
-from .quota import (
+from remediation.azure.aks import PoolsReport, check_name, pools_report
+from remediation.azure.client import ArmClient
+from remediation.azure.errors import AzureInputError
+from remediation.azure.quota import (
     QuotaPlan,
     QuotaRequestResult,
     UsageReport,
@@ -29,8 +29,8 @@ from .quota import (
     usage_report,
     usages_from_text,
 )
-from .session import cli_session
-from .settings import AzureSettings
+from remediation.azure.session import cli_session
+from remediation.azure.settings import AzureSettings
 
 __all__ = ["check_format", "check_threshold", "client_for", "pools", "quota_plan", "quota_request", "quota_show"]
 

@@ -16,7 +16,7 @@ import os
 from dataclasses import dataclass, field
 from typing import Any
 
-from .errors import AzureLoginError
+from remediation.azure.errors import AzureLoginError
 
 __all__ = ["ArmSession", "cli_session", "config_dir"]
 

@@ -19,7 +19,7 @@ from typing import Any
 
 import yaml
 
-from remediation.errors import TemplateError
+from remediation.core.errors import TemplateError
 
 __all__ = ["FORMATS", "check_rules", "render_rules", "rule_groups"]
 

@@ -3,7 +3,7 @@
 The facts are the Azure area's (:mod:`remediation.azure`): AKS node pools (``AgentPools_List``, or ``az aks nodepool
 list -o json``) parsed by :func:`remediation.azure.aks.pool_from_dict`, compute usages (``Usage_List``, or ``az vm
 list-usage -o json``) by :func:`remediation.azure.quota.usages_from_json`, and the VM size table of
-:mod:`remediation.skus` (vCPUs, quota family). This module only reads them from files (``--pools``, ``--usages``)
+:mod:`remediation.core.skus` (vCPUs, quota family). This module only reads them from files (``--pools``, ``--usages``)
 and says which limit to raise, naming the Azure commands (``invoke aks.pools``, ``invoke quota.plan``) that look at
 them live.
 """
@@ -15,9 +15,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from remediation import skus
 from remediation.azure.aks import NodePool, pool_from_dict
 from remediation.azure.quota import REGIONAL_VCPUS, QuotaUsage, find, usages_from_json
+from remediation.core import skus
 from remediation.k8s.errors import SnapshotError
 
 __all__ = [

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from remediation.errors import RemediationError, TemplateError
-from remediation.exitcodes import ExitCode
+from remediation.core.errors import RemediationError, TemplateError
+from remediation.core.exitcodes import ExitCode
 
 __all__ = ["K8sApiError", "K8sError", "SnapshotError", "ValuesError"]
 

@@ -1,5 +1,5 @@
 """The Kubernetes area's ``invoke diagnose`` kinds, registered on import (named in
-:data:`remediation.parsers.PLUGIN_MODULES`).
+:data:`remediation.core.parsers.PLUGIN_MODULES`).
 
 - ``failed-scheduling``: a scheduler ``FailedScheduling`` message (any era) or a cluster autoscaler
   ``NotTriggerScaleUp`` message on its own.
@@ -23,9 +23,9 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from remediation.findings import Finding
+from remediation.core.findings import Finding
+from remediation.core.parsers import KindSpec, marker_score, register
 from remediation.k8s import modelload
-from remediation.parsers import KindSpec, marker_score, register
 
 __all__ = ["events_score", "failed_scheduling_score"]
 

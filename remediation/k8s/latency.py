@@ -34,8 +34,8 @@ from typing import Any
 
 import yaml
 
-from remediation.errors import ProbeError
-from remediation.findings import Finding, make_finding
+from remediation.core.errors import ProbeError
+from remediation.core.findings import Finding, make_finding
 from remediation.k8s.errors import SnapshotError
 from remediation.k8s.modelload import ModelLoad
 from remediation.k8s.modelload import parse as parse_load
@@ -227,7 +227,7 @@ def _disruptions(pod: Pod, events: Sequence[Event], on_spot: bool) -> list[Disru
 
 def _gpu_facts(doc: Any, node: str) -> tuple[Any, str | None]:
     """The node's HostFacts from an audit document (or a single facts document), and its host name."""
-    from remediation.facts import facts_from_dict
+    from remediation.core.facts import facts_from_dict
 
     if not isinstance(doc, Mapping):
         raise SnapshotError("facts: expected the JSON of invoke audit --format json (or one host's facts)")
@@ -412,9 +412,9 @@ def _probes(case: _Case) -> _Outcome:
 
 
 def _gpu_heat(case: _Case) -> _Outcome:
-    from remediation.checks.evidence import from_facts
-    from remediation.checks.policy import Policy
-    from remediation.checks.thermal import temperature_alert, temperature_slowdown, throttle
+    from remediation.core.checks.evidence import from_facts
+    from remediation.core.checks.policy import Policy
+    from remediation.core.checks.thermal import temperature_alert, temperature_slowdown, throttle
 
     out = _Outcome()
     if case.facts_doc is None:
@@ -499,12 +499,12 @@ def diagnose_latency(
 ) -> LatencyDiagnosis:
     """Restarts, disruptions, model load, probes, GPU heat and CPU contention of ``snapshot``'s pod.
 
-    ``logs`` or ``metrics`` over the input cap (:func:`remediation.parsers.check_size`) raise ``SnapshotError``."""
-    from remediation.parsers import check_size
+    ``logs`` or ``metrics`` over the input cap (:func:`remediation.core.parsers.check_size`) raise ``SnapshotError``."""
+    from remediation.core.parsers import check_size
 
     check_size(logs, logs_source, SnapshotError)
     check_size(metrics, metrics_source, SnapshotError)
-    from remediation.checks import evidence, policy, thermal  # noqa: F401  # loaded here as before (for _gpu_heat)
+    from remediation.core.checks import evidence, policy, thermal  # noqa: F401  # loaded here as before (for _gpu_heat)
 
     pod = snapshot.pod
     if pod is None:

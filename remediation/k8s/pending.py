@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from decimal import Decimal
 from typing import Any
 
-from remediation.findings import Finding, make_finding
+from remediation.core.findings import Finding, make_finding
 from remediation.k8s.capacity import CapacityAdvice, NodePool, QuotaUsage, advise
 from remediation.k8s.evaluator import Failure, NodeResult, evaluate
 from remediation.k8s.objects import Pod, Taint, Toleration, pod_from_dict
@@ -549,9 +549,9 @@ def diagnose_pending(
 ) -> PendingDiagnosis:
     """Decide why the pod is Pending from the messages in ``text`` and/or ``snapshot`` (see the module docstring).
 
-    ``text`` (named ``source``) over the input cap (:func:`remediation.parsers.check_size`) raises ``K8sError``."""
+    ``text`` (named ``source``) over the input cap (:func:`remediation.core.parsers.check_size`) raises ``K8sError``."""
+    from remediation.core.parsers import check_size
     from remediation.k8s.errors import K8sError
-    from remediation.parsers import check_size
 
     check_size(text, source, K8sError)
     events = _messages(text, snapshot)

@@ -29,9 +29,9 @@ from typing import Any
 
 import yaml
 
-from remediation.errors import TemplateError
+from remediation.core.errors import TemplateError
+from remediation.core.resources import package_dir
 from remediation.k8s.errors import ValuesError
-from remediation.resources import package_dir
 
 __all__ = ["TEMPLATES", "Rendered", "apply_sets", "load_values", "render", "template_names", "templates_dir", "to_yaml",
            "validate_manifest"]

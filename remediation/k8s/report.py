@@ -6,12 +6,12 @@ import json
 from collections import Counter
 from typing import TYPE_CHECKING, Any
 
-from remediation import catalog
+from remediation.core import catalog
 
 if TYPE_CHECKING:
     from rich.console import Console
 
-    from remediation.findings import Finding
+    from remediation.core.findings import Finding
     from remediation.k8s.latency import LatencyDiagnosis
     from remediation.k8s.pending import PendingDiagnosis
 

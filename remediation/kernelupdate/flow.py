@@ -18,9 +18,9 @@ from enum import StrEnum
 from pathlib import Path
 from typing import Any
 
-from remediation.audit import AuditOptions, AuditResult, HostAudit
-from remediation.fanout import Status, fan_out
-from remediation.inventory import Host
+from remediation.host.audit import AuditOptions, AuditResult, HostAudit
+from remediation.kernelupdate.errors import KernelUpdateError
+from remediation.kernelupdate.rules import Available, KernelPlan, available_query, parse_available, plan_host
 from remediation.restore.rules import MODULE_SOURCES
 from remediation.rollout.engine import (
     Applied,
@@ -34,10 +34,9 @@ from remediation.rollout.engine import (
 )
 from remediation.rollout.journal import Journal
 from remediation.rollout.lock import DEFAULT_TTL_S
-from remediation.runner import PlaybookResult, run_playbook
-
-from .errors import KernelUpdateError
-from .rules import Available, KernelPlan, available_query, parse_available, plan_host
+from remediation.transport.fanout import Status, fan_out
+from remediation.transport.inventory import Host
+from remediation.transport.runner import PlaybookResult, run_playbook
 
 __all__ = ["JOURNAL_PATH", "PLAYBOOK", "KernelChange", "KernelOutcome", "KernelStatus", "KernelUpdateHooks",
            "KernelUpdateOptions", "KernelUpdateResult", "kernel_update", "plan_fleet"]

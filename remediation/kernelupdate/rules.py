@@ -31,9 +31,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from remediation.checks.debversion import compare_versions
-from remediation.facts import HostFacts
-from remediation.findings import Finding
+from remediation.core.checks.debversion import compare_versions
+from remediation.core.facts import HostFacts
+from remediation.core.findings import Finding
 from remediation.kernelflavour import is_branch, parse_release, signed_module_package
 from remediation.restore.rules import choose_module_source, grub_default_for, is_cordoned
 

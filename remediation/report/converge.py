@@ -12,8 +12,8 @@ from rich.text import Text
 from remediation.rollout.engine import StopReason
 
 if TYPE_CHECKING:
-    from remediation.harden import HardenPlan, HardenResult
-    from remediation.runner import PlaybookResult
+    from remediation.host.harden import HardenPlan, HardenResult
+    from remediation.transport.runner import PlaybookResult
 
 
 def print_harden_plan(console: Console, plan: HardenPlan, preview: PlaybookResult | None) -> None:

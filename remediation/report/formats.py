@@ -19,11 +19,11 @@ from typing import TYPE_CHECKING
 
 from rich.console import Console
 
-from remediation.errors import RemediationError
-from remediation.findings import Severity
+from remediation.core.errors import RemediationError
+from remediation.core.findings import Severity
 
 if TYPE_CHECKING:
-    from remediation.audit import AuditResult
+    from remediation.host.audit import AuditResult
 
 __all__ = ["FORMATS", "render"]
 

@@ -2,8 +2,8 @@
 
 The table, the Prometheus textfile and the incident report all show the same few derived values (is the booted
 kernel held, which driver version, how many GPUs answered, the hottest GPU); they are computed here so the formats
-cannot disagree. Everything is a pure function of :class:`~remediation.facts.HostFacts` /
-:class:`~remediation.audit.HostAudit`; ``None`` means "not known" (host not probed, NVML down, field missing),
+cannot disagree. Everything is a pure function of :class:`~remediation.core.facts.HostFacts` /
+:class:`~remediation.host.audit.HostAudit`; ``None`` means "not known" (host not probed, NVML down, field missing),
 never zero.
 """
 
@@ -14,11 +14,11 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from remediation.facts import GpuFacts, HostFacts
-from remediation.findings import Finding, Severity
+from remediation.core.facts import GpuFacts, HostFacts
+from remediation.core.findings import Finding, Severity
 
 if TYPE_CHECKING:
-    from remediation.audit import HostAudit
+    from remediation.host.audit import HostAudit
 
 __all__ = [
     "DriverVersion",
@@ -99,7 +99,7 @@ def expected_gpus_from_vars(host_vars: Mapping[str, Any]) -> int | None:
             return int(value)
         except (TypeError, ValueError):
             return None
-    from remediation.skus import expected_gpu_count
+    from remediation.core.skus import expected_gpu_count
 
     size = host_vars.get("azure_vm_size")
     return expected_gpu_count(str(size)) if size else None

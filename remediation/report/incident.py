@@ -32,16 +32,16 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from remediation import catalog
-from remediation.checks.history import last_change_of, who
-from remediation.facts import HostFacts
-from remediation.findings import Finding, Scenario, Severity
-from remediation.parsers.apt_history import AptTransaction
+from remediation.core import catalog
+from remediation.core.checks.history import last_change_of, who
+from remediation.core.facts import HostFacts
+from remediation.core.findings import Finding, Scenario, Severity
+from remediation.core.parsers.apt_history import AptTransaction
 from remediation.report.jinja import render_template
 from remediation.report.markdown import code, inline
 
 if TYPE_CHECKING:
-    from remediation.audit import AuditResult, HostAudit
+    from remediation.host.audit import AuditResult, HostAudit
 
 __all__ = ["FAMILIES", "Incident", "family_of", "incidents", "render_incident"]
 

@@ -8,7 +8,7 @@ any value not serialised by its ``tojson``).
 Templates live in ``remediation/report/templates/``. Values from the field reach a template only through the
 Markdown filters of :mod:`remediation.report.markdown` (``fence``, ``code``, ``md``), so a template decides the
 document's structure and evidence cannot. A missing variable or a template error raises
-:class:`~remediation.errors.TemplateError` naming the template.
+:class:`~remediation.core.errors.TemplateError` naming the template.
 """
 
 from __future__ import annotations
@@ -20,9 +20,9 @@ from typing import Any
 
 import jinja2
 
-from remediation.errors import TemplateError
+from remediation.core.errors import TemplateError
+from remediation.core.resources import package_dir
 from remediation.report import markdown
-from remediation.resources import package_dir
 
 __all__ = ["TEMPLATES", "environment", "render_template", "strict_environment"]
 

@@ -1,7 +1,7 @@
 """The audit as JSON: schema ``gpufleet.audit/1``.
 
-This is the document ``invoke audit --format json`` prints and :func:`remediation.history.save` keeps for the next
-run's comparison (:mod:`remediation.history`). It is :meth:`AuditResult.to_dict` serialised; this docstring is its
+This is the document ``invoke audit --format json`` prints and :func:`remediation.host.history.save` keeps for the next
+run's comparison (:mod:`remediation.host.history`). It is :meth:`AuditResult.to_dict` serialised; this docstring is its
 schema.
 
 Top level (an object, keys in this order)::
@@ -29,7 +29,7 @@ Host object::
 
 Finding object (``Finding.to_dict``; ``Finding.from_dict`` reads it back)::
 
-    id           catalog ID, e.g. "GPU-DRV-001" (remediation.catalog: title, remedy, runbook)
+    id           catalog ID, e.g. "GPU-DRV-001" (remediation.core.catalog: title, remedy, runbook)
     scenario     "S1".."S5" (the runbook's scenario)
     severity     "info" | "warning" | "critical"
     summary      one line
@@ -52,7 +52,7 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from remediation.audit import AuditResult
+    from remediation.host.audit import AuditResult
 
 __all__ = ["SCHEMA", "render_json"]
 

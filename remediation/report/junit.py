@@ -14,7 +14,7 @@ Shape (the Ant/Jenkins JUnit format; ``tests/fixtures/schemas/junit.xsd`` is the
 
 Decisions:
 
-- One test case per host x check, the checks being the catalog IDs (:data:`remediation.catalog.CATALOG`), so
+- One test case per host x check, the checks being the catalog IDs (:data:`remediation.core.catalog.CATALOG`), so
   every host's suite has the same test names from run to run and a CI trend shows a check going red or green.
   A finding whose ID is not in the catalog gets its own test case after the catalog ones.
 - Warning or critical finding(s) with that ID: ``<failure message=SUMMARY type=SEVERITY>`` with the evidence
@@ -39,12 +39,12 @@ import xml.etree.ElementTree as ET
 from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING
 
-from remediation import catalog
-from remediation.findings import Finding, Severity
+from remediation.core import catalog
+from remediation.core.findings import Finding, Severity
 from remediation.report import hostview
 
 if TYPE_CHECKING:
-    from remediation.audit import AuditResult, HostAudit
+    from remediation.host.audit import AuditResult, HostAudit
 
 __all__ = ["PROBE_TEST", "SUITE_PREFIX", "check_ids", "render_junit", "xml_text"]
 

@@ -16,7 +16,7 @@ from remediation.report.markdown import code, fence, inline
 from remediation.report.rollout_view import after_of, outcome_lines, print_outcomes, report_header
 
 if TYPE_CHECKING:
-    from remediation.audit import HostAudit
+    from remediation.host.audit import HostAudit
     from remediation.kernelupdate.flow import KernelOutcome, KernelUpdateResult
     from remediation.kernelupdate.rules import KernelPlan
 

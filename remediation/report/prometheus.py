@@ -54,13 +54,13 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from remediation.facts import HostFacts
-from remediation.fanout import Status
-from remediation.findings import Finding
+from remediation.core.facts import HostFacts
+from remediation.core.findings import Finding
 from remediation.report import hostview
+from remediation.transport.fanout import Status
 
 if TYPE_CHECKING:
-    from remediation.audit import AuditResult
+    from remediation.host.audit import AuditResult
 
 __all__ = ["METRICS", "escape_help", "escape_label_value", "render_host_prometheus", "render_prometheus"]
 

@@ -14,13 +14,13 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from remediation import catalog
-from remediation.checks.history import last_change_of, who
+from remediation.core import catalog
+from remediation.core.checks.history import last_change_of, who
 from remediation.report.markdown import code, fence, inline
 from remediation.report.rollout_view import outcome_lines, print_outcomes, report_header
 
 if TYPE_CHECKING:
-    from remediation.audit import HostAudit
+    from remediation.host.audit import HostAudit
     from remediation.restore.flow import HostOutcome, RestoreResult
     from remediation.restore.rules import Decision
 

@@ -11,13 +11,13 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from remediation.exitcodes import ExitCode
+from remediation.core.exitcodes import ExitCode
 from remediation.report.markdown import code, fence, inline
 from remediation.rollout.engine import StopReason
 from remediation.rollout.lock import describe_lease
 
 if TYPE_CHECKING:
-    from remediation.audit import HostAudit
+    from remediation.host.audit import HostAudit
     from remediation.rollout.engine import Rollout
 
 __all__ = ["after_of", "lease_lines", "outcome_lines", "print_outcomes", "report_header", "stop_line"]

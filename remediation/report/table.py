@@ -18,11 +18,11 @@ from rich.console import Console, Group
 from rich.table import Table
 from rich.text import Text
 
-from remediation.findings import Finding, Severity
+from remediation.core.findings import Finding, Severity
 from remediation.report import hostview
 
 if TYPE_CHECKING:
-    from remediation.audit import AuditResult, HostAudit
+    from remediation.host.audit import AuditResult, HostAudit
 
 __all__ = [
     "SEVERITY_STYLE",
@@ -217,7 +217,7 @@ def exit_code_meaning(
     result: AuditResult, fail_on: Severity = Severity.CRITICAL, unreachable_exit: int | None = None
 ) -> str:
     """One line: the exit code ``AuditResult.exit_code`` gives for these options, and why."""
-    from remediation.exitcodes import ExitCode
+    from remediation.core.exitcodes import ExitCode
 
     unreachable = ExitCode.UNREACHABLE if unreachable_exit is None else unreachable_exit
     code = result.exit_code(fail_on, unreachable)

@@ -20,9 +20,11 @@ from enum import StrEnum
 from pathlib import Path
 from typing import Any
 
-from remediation.audit import AuditOptions, AuditResult, HostAudit
-from remediation.errors import RunnerError
-from remediation.inventory import Host
+from remediation.core.errors import RunnerError
+from remediation.host.audit import AuditOptions, AuditResult, HostAudit
+from remediation.restore.errors import RestoreError
+from remediation.restore.methods import PLAYBOOK, AptMethod, RestoreMethod, method_for
+from remediation.restore.rules import MODULE_SOURCES, Action, Decision, Prefer
 from remediation.rollout.engine import (
     Applied,
     ChangeKind,
@@ -37,11 +39,8 @@ from remediation.rollout.engine import (
 )
 from remediation.rollout.journal import JOURNAL_PATH, Journal
 from remediation.rollout.lock import DEFAULT_TTL_S
-from remediation.runner import PlaybookResult
-
-from .errors import RestoreError
-from .methods import PLAYBOOK, AptMethod, RestoreMethod, method_for
-from .rules import MODULE_SOURCES, Action, Decision, Prefer
+from remediation.transport.inventory import Host
+from remediation.transport.runner import PlaybookResult
 
 __all__ = ["HostOutcome", "HostStatus", "RestoreChange", "RestoreHooks", "RestoreOptions", "RestoreResult",
            "driver_restore", "host_audit", "plan_restore", "undo_run"]
@@ -290,7 +289,7 @@ def undo_run(
     Azure extension method; anything else: apt); the result has every host.
     """
     options = options or RestoreOptions()
-    from .methods import METHODS
+    from remediation.restore.methods import METHODS
 
     journals = read_journals(hosts, JOURNAL_PATH, audit_options or AuditOptions())
     by_method: dict[str, list[str]] = {}

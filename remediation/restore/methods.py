@@ -16,12 +16,11 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from remediation.audit import HostAudit
+from remediation.host.audit import HostAudit
+from remediation.restore.errors import RestoreError
+from remediation.restore.rules import METHOD_NAMES, Decision, Prefer, decide, resolve_method
 from remediation.rollout.journal import Journal
-from remediation.runner import PlaybookResult, run_playbook
-
-from .errors import RestoreError
-from .rules import METHOD_NAMES, Decision, Prefer, decide, resolve_method
+from remediation.transport.runner import PlaybookResult, run_playbook
 
 __all__ = ["METHODS", "AptMethod", "AzureExtensionMethod", "GateResult", "RestoreMethod", "method_for"]
 

@@ -46,10 +46,10 @@ from dataclasses import dataclass, replace
 from enum import StrEnum
 from typing import Any
 
-from remediation.checks.debversion import compare_versions
-from remediation.checks.kernel import kernel_newer
-from remediation.facts import HostFacts, KernelPackage
-from remediation.findings import Finding
+from remediation.core.checks.debversion import compare_versions
+from remediation.core.checks.kernel import kernel_newer
+from remediation.core.facts import HostFacts, KernelPackage
+from remediation.core.findings import Finding
 from remediation.kernelflavour import (
     branch_number,
     driver_install_packages,

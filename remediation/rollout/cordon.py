@@ -6,8 +6,8 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from remediation.audit import AuditOptions
-    from remediation.inventory import Host
+    from remediation.host.audit import AuditOptions
+    from remediation.transport.inventory import Host
 
 __all__ = ["CORDON_MARKER", "cordon_markers"]
 
@@ -18,7 +18,7 @@ _SEEN = "GPUFLEET-CORDONED"
 
 def cordon_markers(hosts: Sequence[Host], options: AuditOptions) -> dict[str, str | None]:
     """host -> the marker's first 400 bytes when the host is cordoned, None when it is not (or did not answer)."""
-    from remediation.fanout import Status, fan_out
+    from remediation.transport.fanout import Status, fan_out
 
     cmd = f"if [ -e {CORDON_MARKER} ]; then echo {_SEEN}; head -c 400 {CORDON_MARKER}; fi"
     runs = fan_out(hosts, cmd, concurrency=options.concurrency, connect_timeout=options.connect_timeout, timeout=30)

@@ -30,16 +30,15 @@ from enum import StrEnum
 from pathlib import Path
 from typing import Any, Generic, Protocol, TypeVar
 
-from remediation.audit import AuditOptions, AuditResult, HostAudit, run_audit
-from remediation.errors import RunnerError
-from remediation.exitcodes import ExitCode
-from remediation.fanout import Status, fan_out
-from remediation.inventory import Host
-from remediation.runner import HostState, PlaybookResult
-
-from .cordon import cordon_markers
-from .journal import FINISHED, Journal, journal_from_dict, unfinished_journal
-from .lock import DEFAULT_TTL_S, HostLeases, LockInfo, check_ttl, fleet_lock, host_leases
+from remediation.core.errors import RunnerError
+from remediation.core.exitcodes import ExitCode
+from remediation.host.audit import AuditOptions, AuditResult, HostAudit, run_audit
+from remediation.rollout.cordon import cordon_markers
+from remediation.rollout.journal import FINISHED, Journal, journal_from_dict, unfinished_journal
+from remediation.rollout.lock import DEFAULT_TTL_S, HostLeases, LockInfo, check_ttl, fleet_lock, host_leases
+from remediation.transport.fanout import Status, fan_out
+from remediation.transport.inventory import Host
+from remediation.transport.runner import HostState, PlaybookResult
 
 __all__ = ["Applied", "Change", "ChangeKind", "Outcome", "Rollout", "RolloutHooks", "RolloutSettings", "StopReason",
            "Verdict", "apply_failure", "new_run_id", "read_journals", "run_rollout"]

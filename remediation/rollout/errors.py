@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from remediation.errors import RemediationError
-from remediation.exitcodes import ExitCode
+from remediation.core.errors import RemediationError
+from remediation.core.exitcodes import ExitCode
 
 
 class RolloutError(RemediationError):

@@ -38,12 +38,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from remediation.durable import write_atomic
-
-from .errors import LockHeldError, RolloutError
+from remediation.core.durable import write_atomic
+from remediation.rollout.errors import LockHeldError, RolloutError
 
 if TYPE_CHECKING:
-    from remediation.inventory import Host
+    from remediation.transport.inventory import Host
 
 __all__ = [
     "DEFAULT_TTL_S",
@@ -262,7 +261,7 @@ def _lease_request(op: str, **fields: Any) -> str:
 
 
 def _lease_answers(hosts: Sequence[Host], command: str, connect_timeout: float, concurrency: int) -> dict[str, Any]:
-    from remediation.fanout import Status, fan_out
+    from remediation.transport.fanout import Status, fan_out
 
     runs = fan_out(
         hosts,
@@ -319,7 +318,7 @@ def host_leases(
     the leases this call took are released first. Unreachable hosts are listed, not leased: nobody can change them.
     A host that was reached but could not take its lease (sudo refused, ``/var/lib/gpufleet`` not writable) is
     :class:`RestoreError` naming the host and why: it can be changed, so it is never run on without a lease.
-    The lease program runs with the host's privilege escalation (``sudo -n``, see :mod:`remediation.fanout`).
+    The lease program runs with the host's privilege escalation (``sudo -n``, see :mod:`remediation.transport.fanout`).
     """
     me = {
         "run_id": run_id,

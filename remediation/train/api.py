@@ -18,9 +18,9 @@ from remediation.train.plan import Plan, PlanInput, Recommendation, plan, recomm
 from remediation.train.settings import TrainSettings
 
 if TYPE_CHECKING:
-    from remediation.audit import AuditOptions
-    from remediation.findings import Finding
-    from remediation.inventory import Host
+    from remediation.core.findings import Finding
+    from remediation.host.audit import AuditOptions
+    from remediation.transport.inventory import Host
 
 __all__ = ["JobFlags", "OomDiagnosis", "capacity_from_host", "diagnose_oom", "model_from_flags", "plan_job"]
 
@@ -78,7 +78,7 @@ def model_from_flags(flags: JobFlags) -> ModelSpec:
 
 def capacity_from_host(host: Host, options: AuditOptions) -> tuple[int, str]:
     """(bytes, description) of the smallest GPU on ``host``, from the audit's NVML facts (one probe, read-only)."""
-    from remediation.audit import run_audit
+    from remediation.host.audit import run_audit
 
     result = run_audit([host], options, fleet="train-plan")
     audit = result.host(host.name)
@@ -166,8 +166,8 @@ def diagnose_oom(
 ) -> OomDiagnosis:
     """Parse the OOM in ``text``; with a model in ``flags`` the planner's numbers name the cause.
 
-    Text over the input cap (:func:`remediation.parsers.check_size`) raises :class:`TrainError`."""
-    from remediation.parsers import check_size
+    Text over the input cap (:func:`remediation.core.parsers.check_size`) raises :class:`TrainError`."""
+    from remediation.core.parsers import check_size
 
     check_size(text, source, TrainError)
     if not text.strip():

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from remediation.errors import RemediationError
+from remediation.core.errors import RemediationError
 
 __all__ = ["TrainError"]
 

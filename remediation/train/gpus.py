@@ -1,7 +1,7 @@
 """GPU memory capacities for ``--gpu NAME``, ``--gpu-memory SIZE`` and ``--from-host HOST``.
 
 Capacities are what NVML reports as the framebuffer total (``nvmlDeviceGetMemoryInfo().total``). The models the
-fleet's Azure VM sizes carry come from :mod:`remediation.skus` (one table of record); the others are here.
+fleet's Azure VM sizes carry come from :mod:`remediation.core.skus` (one table of record); the others are here.
 """
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from remediation import skus
+from remediation.core import skus
 from remediation.train.errors import TrainError
 
 __all__ = ["GPUS", "GpuCapacity", "gpu", "parse_size"]

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from remediation.findings import Finding
-from remediation.parsers import KindSpec, register
+from remediation.core.findings import Finding
+from remediation.core.parsers import KindSpec, register
 from remediation.train import oom
 
 __all__ = ["diagnose"]

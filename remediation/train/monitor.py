@@ -3,9 +3,9 @@
 The sampler (:mod:`remediation.train.sampler`, stdlib + pynvml) travels the way the audit's probe does, bundled by
 the probe's own :func:`remediation.probe.bundle_program`: one Python program on the SSH session's stdin, with the
 controller's ``pynvml.py`` inside, used only where the host has none; the SSH session is
-:func:`remediation.fanout.run_one` (host keys verified, connect and command timeouts). A long run is cut into chunks
-of about ``chunk_seconds``: each chunk is one SSH round trip whose rows are appended to the CSV as soon as it ends,
-and the next chunk keeps the spacing (``--align``). The run is bounded by ``count`` and by ``max_seconds``.
+:func:`remediation.transport.fanout.run_one` (host keys verified, connect and command timeouts). A long run is cut
+into chunks of about ``chunk_seconds``: each chunk is one SSH round trip whose rows are appended to the CSV as soon
+as it ends, and the next chunk keeps the spacing (``--align``). The run is bounded by ``count`` and by ``max_seconds``.
 """
 
 from __future__ import annotations
@@ -19,12 +19,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TextIO
 
-from remediation.errors import InventoryError
-from remediation.fanout import HostRun, Status, run_one
-from remediation.inventory import Host, label
+from remediation.core.errors import InventoryError
 from remediation.probe import bundle_program
-from remediation.sshopts import hostname_problem
 from remediation.train.errors import TrainError
+from remediation.transport.fanout import HostRun, Status, run_one
+from remediation.transport.inventory import Host, label
+from remediation.transport.sshopts import hostname_problem
 
 __all__ = ["FIELDS", "MonitorResult", "Sample", "bundle", "check_host_name", "monitor", "parse_csv", "remote_command"]
 

@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from decimal import Decimal, InvalidOperation
 from typing import TYPE_CHECKING, Any
 
-from remediation.findings import Finding, make_finding
+from remediation.core.findings import Finding, make_finding
 
 if TYPE_CHECKING:
     from remediation.train.plan import Plan

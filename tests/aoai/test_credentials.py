@@ -12,7 +12,7 @@ import pytest
 
 from lab.services.aoai import FakeAzureOpenAI, FakeDeployment, _Handler
 from remediation.aoai.client import ClientConfig, Deployment, http_client
-from remediation.errors import UsageError
+from remediation.core.errors import UsageError
 
 V = "2024-10-21"
 CONFIG = ClientConfig(deadline_s=15.0, max_attempts=2)

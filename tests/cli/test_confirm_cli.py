@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 
 from commands import ask, require_confirmation
-from remediation.errors import UsageError
-from remediation.exitcodes import ExitCode
+from remediation.core.errors import UsageError
+from remediation.core.exitcodes import ExitCode
 
 ROOT = Path(__file__).resolve().parents[2]
 INVENTORY = "all:\n  children:\n    gpu:\n      hosts:\n        gpu-1:\n          ansible_host: 127.0.0.1\n"

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from lab.services import k8s_scenarios as scenarios
-from remediation.parsers import MAX_INPUT_BYTES, MAX_INPUT_ENV
+from remediation.core.parsers import MAX_INPUT_BYTES, MAX_INPUT_ENV
 
 ROOT = Path(__file__).resolve().parents[2]
 OOM = "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB. GPU 0 has a total capacity of 79.10 GiB"

@@ -123,7 +123,7 @@ def test_the_collections_playbooks_resolve_by_fqcn_from_the_install(installed: I
         assert proc.returncode == 0, proc.stdout + proc.stderr
     # The runner, as installed, finds the same playbooks where ansible-playbook does: the installed collection.
     proc = installed.python(
-        "from remediation.runner import _find_collection_playbook, collections_path, playbook_target\n"
+        "from remediation.transport.runner import _find_collection_playbook, collections_path, playbook_target\n"
         "for old in ('driver_restore', 'playbooks/harden.yml', 'playbooks/kernel_update.yml'):\n"
         "    print(_find_collection_playbook(playbook_target(old), collections_path()))"
     )

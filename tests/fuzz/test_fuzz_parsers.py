@@ -1,11 +1,11 @@
 """Issue 20: fuzzing the text parsers and the facts loader (hypothesis, bounded: the file runs in well under 60 s).
 
-- Every registered kind's ``score``/``parse`` and :func:`remediation.diagnose.diagnose` on arbitrary text (control
+- Every registered kind's ``score``/``parse`` and :func:`remediation.host.diagnose.diagnose` on arbitrary text (control
   characters, NULs, lone surrogates as ``surrogateescape`` leaves them, very long lines, keyword soup) raise nothing
   but the project's own errors and return their declared types.
 - The facts loader on arbitrary JSON-like documents and on mutations of the real probe documents in
-  tests/fixtures/facts/ raises nothing but :class:`~remediation.errors.ProbeError`; the audit's per-host boundary
-  (:func:`remediation.audit.parse_run`) never raises, and the checks run on whatever it accepts.
+  tests/fixtures/facts/ raises nothing but :class:`~remediation.core.errors.ProbeError`; the audit's per-host boundary
+  (:func:`remediation.host.audit.parse_run`) never raises, and the checks run on whatever it accepts.
 """
 
 from __future__ import annotations
@@ -20,13 +20,13 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from remediation.audit import parse_run
-from remediation.checks import Policy, run_fleet_checks
-from remediation.diagnose import DiagnoseResult, diagnose, render_text
-from remediation.errors import ProbeError, RemediationError
-from remediation.facts import HostFacts, facts_from_dict
-from remediation.fanout import HostRun, Status
-from remediation.parsers import KindSpec, kinds
+from remediation.core.checks import Policy, run_fleet_checks
+from remediation.core.errors import ProbeError, RemediationError
+from remediation.core.facts import HostFacts, facts_from_dict
+from remediation.core.parsers import KindSpec, kinds
+from remediation.host.audit import parse_run
+from remediation.host.diagnose import DiagnoseResult, diagnose, render_text
+from remediation.transport.fanout import HostRun, Status
 
 FACTS = Path(__file__).resolve().parents[1] / "fixtures" / "facts"
 FIXTURES = {p.stem: json.loads(p.read_text()) for p in sorted(FACTS.glob("*.json"))}

@@ -1,8 +1,8 @@
 """Fuzzing the inventory -> SSH options path (issue 20): hostile host vars never reach a shell unquoted.
 
-For arbitrary text in the host, user, port and ``*_args`` values, :func:`remediation.sshopts.ssh_target` and the
-inventory loader's per-host step (:func:`remediation.inventory.host_from_vars`, with Ansible's real ssh plugin)
-either raise the project's :class:`InventoryError` or return options whose ``ProxyCommand`` carries every
+For arbitrary text in the host, user, port and ``*_args`` values, :func:`remediation.transport.sshopts.ssh_target`
+and the inventory loader's per-host step (:func:`remediation.transport.inventory.host_from_vars`, with Ansible's real
+ssh plugin) either raise the project's :class:`InventoryError` or return options whose ``ProxyCommand`` carries every
 %-expanded value as exactly one shell word with no shell metacharacter outside single quotes. Nothing else is
 ever raised. Bounded: 200 examples per property, no deadline (Ansible's first import is slow), no host.
 """
@@ -15,8 +15,8 @@ from typing import Any
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
-from remediation.errors import InventoryError
-from remediation.sshopts import local_user, ssh_target
+from remediation.core.errors import InventoryError
+from remediation.transport.sshopts import local_user, ssh_target
 
 # The template the ProxyCommand is given (ansible.cfg's ssh_args come first, so this one always wins).
 TEMPLATE = "probe %h %n %r %p %k"
@@ -114,7 +114,7 @@ def plugin_and_loader() -> tuple[Any, Any]:
     global _plugin
     from ansible.parsing.dataloader import DataLoader
 
-    from remediation.inventory import _ssh_plugin
+    from remediation.transport.inventory import _ssh_plugin
 
     _plugin = _plugin or _ssh_plugin()
     return _plugin, DataLoader()
@@ -128,7 +128,7 @@ def plugin_and_loader() -> tuple[Any, Any]:
 def test_inventory_host_vars_refuse_or_quote(
     name: str, address: str | None, user: str | None, port: str | int | None, common: str
 ) -> None:
-    from remediation.inventory import host_from_vars
+    from remediation.transport.inventory import host_from_vars
 
     hv: dict[str, Any] = {"inventory_hostname": name or "gpu-1", "ansible_ssh_args": SSH_ARGS}
     for key, value in (("ansible_host", address), ("ansible_user", user), ("ansible_port", port),

@@ -12,9 +12,9 @@ from pathlib import Path
 import pytest
 
 from lab.faults import FAULTS, inject
-from remediation.audit import AuditOptions, run_audit
-from remediation.fanout import Status
-from remediation.inventory import load
+from remediation.host.audit import AuditOptions, run_audit
+from remediation.transport.fanout import Status
+from remediation.transport.inventory import load
 from tests.conftest import ROOT, make_lab, require_lab
 
 pytestmark = pytest.mark.lab

@@ -34,8 +34,8 @@ from lab.services.arm import (
     make_test_ca,
     write_az_config,
 )
-from remediation.audit import AuditOptions, run_audit
-from remediation.inventory import load
+from remediation.host.audit import AuditOptions, run_audit
+from remediation.transport.inventory import load
 from tests.conftest import ROOT, make_lab, require_lab
 
 pytestmark = pytest.mark.lab

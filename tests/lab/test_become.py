@@ -16,13 +16,13 @@ import pytest
 import yaml
 
 from lab.faults import inject
-from remediation.audit import AuditOptions, run_audit
-from remediation.fanout import Status
-from remediation.inventory import load
+from remediation.host.audit import AuditOptions, run_audit
 from remediation.restore.flow import HostStatus, RestoreOptions, driver_restore
 from remediation.restore.rules import Action
 from remediation.rollout.errors import RolloutError
 from remediation.rollout.lock import host_leases
+from remediation.transport.fanout import Status
+from remediation.transport.inventory import load
 from tests.conftest import make_lab, require_lab, ssh
 
 pytestmark = pytest.mark.lab

@@ -18,7 +18,7 @@ import pytest
 import yaml
 
 from lab.faults import inject
-from remediation.diagnose import diagnose
+from remediation.host.diagnose import diagnose
 from tests.conftest import ROOT, make_lab, require_lab, ssh
 
 pytestmark = pytest.mark.lab

@@ -18,8 +18,8 @@ import pytest
 
 from lab import hardware
 from lab.faults import inject
-from remediation.audit import AuditOptions, run_audit
-from remediation.inventory import load
+from remediation.host.audit import AuditOptions, run_audit
+from remediation.transport.inventory import load
 from tests.conftest import ROOT, make_lab, require_lab, ssh
 
 pytestmark = pytest.mark.lab

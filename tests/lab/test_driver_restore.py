@@ -15,14 +15,14 @@ from typing import Any
 import pytest
 
 from lab.faults import inject
-from remediation.audit import AuditOptions, run_audit
-from remediation.findings import Severity
-from remediation.inventory import load
+from remediation.core.findings import Severity
+from remediation.host.audit import AuditOptions, run_audit
 from remediation.report.restore_view import render_restore_report
 from remediation.restore.flow import HostStatus, RestoreOptions, driver_restore, undo_run
 from remediation.restore.rules import Action
 from remediation.rollout.errors import LockHeldError
 from remediation.rollout.lock import fleet_lock
+from remediation.transport.inventory import load
 from tests.conftest import make_lab, require_lab, ssh
 
 pytestmark = pytest.mark.lab

@@ -7,8 +7,8 @@ import time
 
 import pytest
 
-from remediation.fanout import Status, fan_out
-from remediation.inventory import load
+from remediation.transport.fanout import Status, fan_out
+from remediation.transport.inventory import load
 
 pytestmark = pytest.mark.lab
 MiB = 1024 * 1024

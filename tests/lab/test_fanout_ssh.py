@@ -6,7 +6,7 @@ on record), gpu-2 is reached only through it (or through gpu-1 then gpu-3, a cha
 host accepts one ed25519 key encrypted with a passphrase; a real ``ssh-agent`` started here holds it (added
 with ``ssh-add`` and ``SSH_ASKPASS``).
 Which known_hosts file holds which key: the inventory's ``UserKnownHostsFile`` only gpu-2's; the system-style
-file only gpu-1's (the bastion) and gpu-3's. The fan-out tests point ``remediation.fanout.GLOBAL_KNOWN_HOSTS``
+file only gpu-1's (the bastion) and gpu-3's. The fan-out tests point ``remediation.transport.fanout.GLOBAL_KNOWN_HOSTS``
 at that file; the Ansible test bind-mounts it as ``/etc/ssh/ssh_known_hosts`` in a private mount namespace,
 where ssh(1) and the fan-out read it under its real name (the machine's own file is never written).
 """
@@ -27,12 +27,12 @@ from typing import Any
 import pytest
 import yaml
 
-import remediation.fanout as fanout
-from remediation.errors import FanoutError
-from remediation.fanout import Status, fan_out
-from remediation.inventory import load
-from remediation.runner import HostState, run_playbook
-from remediation.sshauth import PASSPHRASE_FILE_ENV
+import remediation.transport.fanout as fanout
+from remediation.core.errors import FanoutError
+from remediation.transport.fanout import Status, fan_out
+from remediation.transport.inventory import load
+from remediation.transport.runner import HostState, run_playbook
+from remediation.transport.sshauth import PASSPHRASE_FILE_ENV
 from tests.conftest import ROOT, make_lab, require_lab, ssh
 
 pytestmark = pytest.mark.lab
@@ -305,9 +305,9 @@ def test_ansible_through_the_runner_refuses_an_unknown_host_key(fleet: Fleet, en
 SCRIPT = """
 import json, sys
 from pathlib import Path
-from remediation.fanout import fan_out
-from remediation.inventory import load
-from remediation.runner import run_playbook
+from remediation.transport.fanout import fan_out
+from remediation.transport.inventory import load
+from remediation.transport.runner import run_playbook
 play, inventory = Path(sys.argv[1]), Path(sys.argv[2])
 played = run_playbook(play, inventory)
 fanned = fan_out(load(inventory, "fleet"), "hostname", connect_timeout=10, timeout=30)

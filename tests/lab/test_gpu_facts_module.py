@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 
 from lab.faults import inject
-from remediation.skus import expected_gpu_count
+from remediation.core.skus import expected_gpu_count
 from tests.conftest import ROOT, make_lab, require_lab
 
 BIN = Path(sys.executable).parent

@@ -12,9 +12,9 @@ from pathlib import Path
 import pytest
 
 from lab.faults import inject
-from remediation.audit import AuditOptions
-from remediation.harden import harden
-from remediation.inventory import load
+from remediation.host.audit import AuditOptions
+from remediation.host.harden import harden
+from remediation.transport.inventory import load
 from tests.conftest import ROOT, make_lab, require_lab
 
 pytestmark = pytest.mark.lab

@@ -17,11 +17,11 @@ import pytest
 
 from lab import packages
 from lab.faults import inject
-from remediation.audit import AuditOptions, run_audit
-from remediation.inventory import load
+from remediation.host.audit import AuditOptions, run_audit
 from remediation.kernelupdate.flow import KernelStatus, KernelUpdateOptions, kernel_update
 from remediation.restore.flow import HostStatus, RestoreOptions, driver_restore
 from remediation.restore.rules import Action
+from remediation.transport.inventory import load
 from tests.conftest import make_lab, require_lab, ssh
 
 pytestmark = pytest.mark.lab

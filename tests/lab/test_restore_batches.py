@@ -13,12 +13,12 @@ from typing import Any
 import pytest
 
 from lab.faults import inject
-from remediation.audit import AuditOptions
-from remediation.inventory import load
+from remediation.host.audit import AuditOptions
 from remediation.report.restore_view import render_restore_report
 from remediation.restore.flow import HostStatus, RestoreHooks, RestoreOptions, driver_restore
 from remediation.restore.methods import AptMethod
 from remediation.restore.rules import Action
+from remediation.transport.inventory import load
 from tests.conftest import make_lab, require_lab, ssh
 
 pytestmark = pytest.mark.lab

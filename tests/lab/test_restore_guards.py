@@ -23,12 +23,12 @@ import pytest
 import yaml
 
 from lab.faults import inject
-from remediation.audit import AuditOptions
-from remediation.inventory import load
+from remediation.host.audit import AuditOptions
 from remediation.restore.flow import HostStatus, RestoreOptions, driver_restore
 from remediation.restore.rules import Action
 from remediation.rollout.errors import LockHeldError
 from remediation.rollout.lock import host_leases
+from remediation.transport.inventory import load
 from tests.conftest import ROOT, make_lab, require_lab, ssh
 
 pytestmark = pytest.mark.lab
@@ -115,7 +115,7 @@ def test_a_mismatch_host_running_a_job_is_refused_without_force_then_rebooted(fl
 def test_a_job_on_a_healthy_host_is_listed_by_nvml_and_by_the_device_files(fleet: Any) -> None:
     inject(fleet, "gpu-5", "gpu-job")
     try:
-        from remediation.audit import run_audit
+        from remediation.host.audit import run_audit
 
         facts = run_audit(load(fleet.cfg.inventory_path, "gpu", "gpu-5"), AUDIT).host("gpu-5").facts
         assert facts is not None and facts.nvml.ok

@@ -25,11 +25,11 @@ from typing import Any
 import pytest
 
 from lab.faults import inject
-from remediation.audit import AuditOptions
-from remediation.inventory import load
+from remediation.host.audit import AuditOptions
 from remediation.restore.flow import HostStatus, RestoreOptions, driver_restore
 from remediation.restore.rules import Action
 from remediation.rollout.journal import JOURNAL_PATH, JOURNAL_SCHEMA
+from remediation.transport.inventory import load
 from tests.conftest import ROOT, make_lab, require_lab, ssh
 
 pytestmark = pytest.mark.lab

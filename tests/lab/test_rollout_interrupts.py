@@ -30,13 +30,13 @@ from typing import Any
 import pytest
 
 from lab.faults import inject
-from remediation.audit import AuditOptions
-from remediation.inventory import load
+from remediation.host.audit import AuditOptions
 from remediation.kernelupdate.flow import KernelStatus, KernelUpdateOptions, kernel_update
 from remediation.report.kernel_update_view import render_kernel_report
 from remediation.report.restore_view import render_restore_report
 from remediation.restore.flow import HostStatus, RestoreOptions, driver_restore
 from remediation.rollout.engine import StopReason
+from remediation.transport.inventory import load
 from tests.conftest import make_lab, require_lab, ssh
 
 pytestmark = pytest.mark.lab

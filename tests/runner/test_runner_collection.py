@@ -15,8 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from remediation.errors import RunnerError
-from remediation.runner import (
+from remediation.core.errors import RunnerError
+from remediation.transport.runner import (
     ANSIBLE_SETTINGS,
     COLLECTION,
     HostState,

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from remediation.runner import HostState, run_playbook
+from remediation.transport.runner import HostState, run_playbook
 
 BIN = Path(sys.executable).parent
 VAULT_PASSWORD = "vault-pass-8d1f"  # noqa: S105 - a throwaway password for the test's own vault

@@ -17,8 +17,8 @@ from typing import Any
 import pytest
 
 from lab.faults import inject
-from remediation.inventory import load
 from remediation.train.monitor import FIELDS, monitor, parse_csv
+from remediation.transport.inventory import load
 from tests.conftest import ROOT, make_lab, require_lab
 
 pytestmark = pytest.mark.lab
@@ -114,7 +114,7 @@ def test_plan_reads_capacity_from_the_host(lab: Any) -> None:
     )
     assert proc.returncode == 0, proc.stderr
     doc = json.loads(proc.stdout)
-    from remediation.skus import SIZES
+    from remediation.core.skus import SIZES
 
     assert doc["gpu"]["capacity_bytes"] == SIZES[lab.spec("gpu-1")["sku"]].gpu.memory_mib * 1024**2
     assert doc["gpu"]["source"].startswith("gpu-1: ") and "NVML" in doc["gpu"]["source"]

@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 from remediation.aoai.admission import Admission, Limits, SlidingWindow, default_rpm
 from remediation.aoai.client import ClientConfig, Deployment, Pool
 from remediation.aoai.hints import RetryHint
-from remediation.errors import UsageError
+from remediation.core.errors import UsageError
 
 
 def test_sliding_window_waits_for_the_oldest_charges_to_leave_the_minute() -> None:

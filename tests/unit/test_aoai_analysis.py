@@ -7,11 +7,11 @@ from typing import Any
 
 import pytest
 
-from remediation import catalog
 from remediation.aoai.analysis import analyse
 from remediation.aoai.report import render_analysis
 from remediation.aoai.settings import AoaiSettings
-from remediation.errors import AoaiError
+from remediation.core import catalog
+from remediation.core.errors import AoaiError
 
 T0 = 1_721_030_400.0  # 2024-07-15T08:00:00Z
 S = AoaiSettings()

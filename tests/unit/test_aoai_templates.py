@@ -8,7 +8,7 @@ import xml.etree.ElementTree as ET
 import pytest
 
 from remediation.aoai import templates
-from remediation.errors import TemplateError
+from remediation.core.errors import TemplateError
 
 ACCOUNT = "/subscriptions/s/resourceGroups/rg/providers/Microsoft.CognitiveServices/accounts/contoso"
 

@@ -10,8 +10,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from remediation.aoai import text
-from remediation.diagnose import diagnose
-from remediation.parsers import detect_kind
+from remediation.core.parsers import detect_kind
+from remediation.host.diagnose import diagnose
 from tests.corpus import blocks as _load
 
 BLOCKS: dict[str, list[str]] = _load()

@@ -1,6 +1,6 @@
 """Issue 20 item 5: one host's malformed probe document is that host's "unusable probe output", never the run's crash.
 
-Each corruption goes through :func:`remediation.audit.audit_runs` (what ``run_audit`` does with the fan-out's
+Each corruption goes through :func:`remediation.host.audit.audit_runs` (what ``run_audit`` does with the fan-out's
 results) beside healthy hosts, whose audit must not change; then every report format renders the run.
 """
 
@@ -16,12 +16,12 @@ from typing import Any
 
 import pytest
 
-from remediation.audit import AuditOptions, AuditResult, audit_runs, parse_run
-from remediation.errors import ProbeError
-from remediation.facts import facts_from_dict
-from remediation.fanout import FanoutResult, HostRun, Status
-from remediation.inventory import Host
+from remediation.core.errors import ProbeError
+from remediation.core.facts import facts_from_dict
+from remediation.host.audit import AuditOptions, AuditResult, audit_runs, parse_run
 from remediation.report.formats import FORMATS, render
+from remediation.transport.fanout import FanoutResult, HostRun, Status
+from remediation.transport.inventory import Host
 
 FACTS = Path(__file__).resolve().parents[1] / "fixtures" / "facts"
 STARTED = _dt.datetime(2026, 12, 4, 8, 0, 0, tzinfo=_dt.UTC)

@@ -10,15 +10,15 @@ from typing import Any
 
 import pytest
 
-from remediation.audit import HostAudit
 from remediation.azure import restore
 from remediation.azure.limits import driver_type, refusal
-from remediation.checks import Policy, run_checks
-from remediation.facts import facts_from_dict
-from remediation.fanout import Status
+from remediation.core.checks import Policy, run_checks
+from remediation.core.facts import facts_from_dict
+from remediation.host.audit import HostAudit
 from remediation.restore.methods import AzureExtensionMethod
 from remediation.restore.rules import Action
 from remediation.rollout.journal import journal_from_dict
+from remediation.transport.fanout import Status
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "facts"
 VM_ID = "/subscriptions/S1/resourceGroups/rg-gpu/providers/Microsoft.Compute/virtualMachines/gpu-vm-2"

@@ -9,7 +9,6 @@ from pathlib import Path
 import pytest
 import yaml
 
-from remediation import catalog, skus
 from remediation.azure.aks import NodePool, headroom_for, pool_from_dict
 from remediation.azure.checks import pool_findings, quota_findings
 from remediation.azure.client import arm_error_parts, retry_after_seconds
@@ -27,6 +26,7 @@ from remediation.azure.quota import (
 )
 from remediation.azure.regions import normalize_location
 from remediation.azure.report import quota_prometheus
+from remediation.core import catalog, skus
 
 ROOT = Path(__file__).resolve().parents[2]
 FIXTURES = ROOT / "tests" / "fixtures" / "azure"

@@ -6,7 +6,7 @@ import time
 
 import pytest
 
-from remediation.checks.blacklist import blacklist_match, bounded, invalid_entries
+from remediation.core.checks.blacklist import blacklist_match, bounded, invalid_entries
 
 NAME = "linux-image-6.5.0-45-generic"
 

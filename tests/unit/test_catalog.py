@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from remediation import catalog
-from remediation.findings import Finding, Scenario, Severity, make_finding
+from remediation.core import catalog
+from remediation.core.findings import Finding, Scenario, Severity, make_finding
 
 # ID → (scenario, default severity), as the issue specifies them
 EXPECTED = {
@@ -42,7 +42,7 @@ EXPECTED = {
 
 
 def test_catalog_has_exactly_the_specified_ids() -> None:
-    from remediation.catalog import host
+    from remediation.core.catalog import host
 
     # the host area's IDs exactly; every other area checks its own (tests/unit/test_<area>_*.py)
     assert {entry.id for entry in host.ENTRIES} == set(EXPECTED)

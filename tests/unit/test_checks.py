@@ -14,11 +14,11 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from remediation.checks import Policy, run_checks, run_fleet_checks
-from remediation.checks.blacklist import blacklist_match, invalid_entries, next_kernel_packages
-from remediation.checks.debversion import compare_versions, version_key
-from remediation.facts import HostFacts, facts_from_dict
-from remediation.findings import Finding, Severity
+from remediation.core.checks import Policy, run_checks, run_fleet_checks
+from remediation.core.checks.blacklist import blacklist_match, invalid_entries, next_kernel_packages
+from remediation.core.checks.debversion import compare_versions, version_key
+from remediation.core.facts import HostFacts, facts_from_dict
+from remediation.core.findings import Finding, Severity
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "facts"
 POLICY = Policy(expected_gpu_count=4)

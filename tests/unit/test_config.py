@@ -15,7 +15,7 @@ from remediation.config import (
     load_section,
     positive,
 )
-from remediation.errors import UsageError
+from remediation.core.errors import UsageError
 
 
 def test_missing_keys_take_the_dataclass_defaults() -> None:
@@ -115,7 +115,7 @@ def test_the_checkouts_config_puts_its_own_collection_first_and_paths_under_the_
 
     from commands import project_dir, under_project, with_collections
     from commands.namespace import ns
-    from remediation import runner
+    from remediation.transport import runner
 
     root = Path(__file__).resolve().parents[2]
     config = Config(project_location=str(root))

@@ -8,10 +8,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from remediation.catalog import CATALOG
-from remediation.diagnose import DiagnoseResult, diagnose, render_text
-from remediation.errors import ParseError
-from remediation.parsers import detect_kind
+from remediation.core.catalog import CATALOG
+from remediation.core.errors import ParseError
+from remediation.core.parsers import detect_kind
+from remediation.host.diagnose import DiagnoseResult, diagnose, render_text
 from tests.corpus import blocks as _load
 
 BLOCKS: dict[str, list[str]] = _load()

@@ -6,8 +6,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from remediation.diagnose import diagnose
-from remediation.parsers import detect_kind, dkms
+from remediation.core.parsers import detect_kind, dkms
+from remediation.host.diagnose import diagnose
 
 WARNING = "WARNING! Diff between built and installed module!"
 

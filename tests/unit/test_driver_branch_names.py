@@ -10,8 +10,8 @@ from typing import Any
 
 import pytest
 
-from remediation.checks import Policy, run_checks
-from remediation.facts import facts_from_dict
+from remediation.core.checks import Policy, run_checks
+from remediation.core.facts import facts_from_dict
 from remediation.kernelflavour import (
     branch_number,
     common_branch,

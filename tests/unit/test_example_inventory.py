@@ -1,5 +1,6 @@
 """inventories/example: the static inventory parses with Ansible's own tools, and every variable its group_vars sets
-or shows is documented (a role's meta/argument_specs.yml option or a flow variable of remediation.fleetvars)."""
+or shows is documented (a role's meta/argument_specs.yml option or a flow variable of
+remediation.transport.fleetvars)."""
 
 from __future__ import annotations
 
@@ -11,8 +12,8 @@ from pathlib import Path
 
 import yaml
 
-from remediation.fleetvars import FLOW_VARIABLES
-from remediation.inventory import load
+from remediation.transport.fleetvars import FLOW_VARIABLES
+from remediation.transport.inventory import load
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLE = ROOT / "inventories" / "example"

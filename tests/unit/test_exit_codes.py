@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from remediation.exitcodes import ExitCode, markdown_table
+from remediation.core.exitcodes import ExitCode, markdown_table
 from tests.conftest import ROOT
 
 BEGIN, END = "<!-- exit-codes:begin -->\n", "<!-- exit-codes:end -->"
@@ -37,14 +37,14 @@ def _readme_block() -> str:
 
 def test_readme_table_is_the_rendered_enum() -> None:
     assert _readme_block() == markdown_table(), (
-        "README.md's exit-code table drifted from remediation/exitcodes.py: paste the output of "
-        "`python -m remediation.exitcodes` between the exit-codes markers"
+        "README.md's exit-code table drifted from remediation/core/exitcodes.py: paste the output of "
+        "`python -m remediation.core.exitcodes` between the exit-codes markers"
     )
 
 
 def test_module_prints_the_table() -> None:
-    proc = subprocess.run([sys.executable, "-m", "remediation.exitcodes"], cwd=ROOT, capture_output=True, text=True,
-                          check=True)
+    proc = subprocess.run([sys.executable, "-m", "remediation.core.exitcodes"], cwd=ROOT, capture_output=True,
+                          text=True, check=True)
     assert proc.stdout == markdown_table()
 
 
@@ -63,7 +63,7 @@ def test_every_code_has_a_one_line_meaning(code: ExitCode) -> None:
 
 def test_error_families_keep_their_codes() -> None:
     from remediation.azure.errors import ArmError, AzureInputError, ContactSupportError, QuotaRequestFailed
-    from remediation.errors import RemediationError, UsageError
+    from remediation.core.errors import RemediationError, UsageError
     from remediation.k8s.errors import K8sApiError
     from remediation.rollout.errors import LockHeldError
 
@@ -148,4 +148,4 @@ def test_no_bare_exit_numbers_in_commands_or_the_library() -> None:
         for path in _sources()
         for line, what in _offences(ast.parse(path.read_text(), str(path)))
     ]
-    assert offenders == [], "use remediation.exitcodes.ExitCode instead of a bare number:\n" + "\n".join(offenders)
+    assert offenders == [], "use remediation.core.exitcodes.ExitCode instead of a bare number:\n" + "\n".join(offenders)

@@ -8,8 +8,8 @@ from typing import Any
 
 import pytest
 
-from remediation.errors import ProbeError
-from remediation.facts import HostFacts, facts_from_dict
+from remediation.core.errors import ProbeError
+from remediation.core.facts import HostFacts, facts_from_dict
 
 try:  # shared helper; importable as a package module or (pytest prepend mode) by file name
     from tests.unit.test_probe_host import run_probe

@@ -12,10 +12,10 @@ from typing import Any
 import pytest
 import yaml
 
-from remediation.errors import FanoutError, InventoryError, ProbeError
-from remediation.facts import facts_from_dict
-from remediation.fanout import become_problem, fan_out, remote_command, sudo_problem
-from remediation.inventory import Become, Host, load
+from remediation.core.errors import FanoutError, InventoryError, ProbeError
+from remediation.core.facts import facts_from_dict
+from remediation.transport.fanout import become_problem, fan_out, remote_command, sudo_problem
+from remediation.transport.inventory import Become, Host, load
 from tests.unit.test_probe_host import run_probe
 
 REAL = Path(__file__).resolve().parents[1] / "fixtures" / "real-gpu-h200"

@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from remediation import knownhosts
-from remediation.knownhosts import Verdict
-from remediation.sshauth import key_file_info
+from remediation.transport import knownhosts
+from remediation.transport.knownhosts import Verdict
+from remediation.transport.sshauth import key_file_info
 
 
 def _blob(kind: str, payload: bytes) -> bytes:

@@ -1,7 +1,7 @@
 """The fan-out reads a bounded amount from one host (issue 20): more is that host's error, not memory growth.
 
-The reader (:func:`remediation.fanout.read_output`) is driven by a real local process through a small adapter with
-the paramiko ``Channel`` methods it uses (no sshd): what the process writes is what a host would send.
+The reader (:func:`remediation.transport.fanout.read_output`) is driven by a real local process through a small
+adapter with the paramiko ``Channel`` methods it uses (no sshd): what the process writes is what a host would send.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ import time
 
 import pytest
 
-from remediation.fanout import MAX_STDERR, MAX_STDOUT, MIB, OutputTooLarge, read_output
+from remediation.transport.fanout import MAX_STDERR, MAX_STDOUT, MIB, OutputTooLarge, read_output
 
 
 class ProcessChannel:

@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from remediation.errors import InventoryError
-from remediation.sshopts import JumpHost, local_user, parse_jump, ssh_target
+from remediation.core.errors import InventoryError
+from remediation.transport.sshopts import JumpHost, local_user, parse_jump, ssh_target
 
 ANSIBLE_CFG_SSH_ARGS = "-C -o ControlMaster=auto -o ControlPersist=60s"
 

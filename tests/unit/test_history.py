@@ -12,9 +12,9 @@ import pytest
 from rich.console import Console
 from test_report_common import STARTED, build_result
 
-from remediation.audit import AuditResult
-from remediation.findings import Finding
-from remediation.history import (
+from remediation.core.findings import Finding
+from remediation.host.audit import AuditResult
+from remediation.host.history import (
     Comparison,
     HistoryError,
     compare,

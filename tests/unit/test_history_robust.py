@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 from test_report_common import STARTED, build_result
 
-from remediation.history import load_previous, save
+from remediation.host.history import load_previous, save
 
 ROOT = Path(__file__).resolve().parents[2]
 CORRUPT = {

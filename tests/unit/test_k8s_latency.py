@@ -13,8 +13,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from lab.services import k8s_scenarios as scenarios
-from remediation.diagnose import diagnose
-from remediation.errors import TemplateError
+from remediation.core.errors import TemplateError
+from remediation.host.diagnose import diagnose
 from remediation.k8s.alerts import check_rules, render_rules
 from remediation.k8s.latency import cpu_throttling, diagnose_latency
 from remediation.k8s.modelload import parse

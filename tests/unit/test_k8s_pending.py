@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from lab.services import k8s_scenarios as scenarios
-from remediation.findings import Finding
+from remediation.core.findings import Finding
 from remediation.k8s.capacity import advise, pools_from_dict, usages_from_dict, vm_family, vm_vcpus
 from remediation.k8s.errors import SnapshotError
 from remediation.k8s.evaluator import evaluate

@@ -9,7 +9,7 @@ import pytest
 import yaml
 
 from lab.services import k8s_scenarios as scenarios
-from remediation.errors import TemplateError
+from remediation.core.errors import TemplateError
 from remediation.k8s.errors import ValuesError
 from remediation.k8s.evaluator import evaluate
 from remediation.k8s.objects import node_from_dict, pod_from_dict

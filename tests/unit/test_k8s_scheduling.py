@@ -9,9 +9,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from remediation.diagnose import diagnose
+from remediation.core.parsers import detect_kind
+from remediation.host.diagnose import diagnose
 from remediation.k8s.scheduling import parse_events, parse_message, text_verdict
-from remediation.parsers import detect_kind
 from tests.corpus import blocks
 
 FS_CORPUS = Path(__file__).resolve().parents[1] / "fixtures" / "corpus" / "failedscheduling-dev.md"

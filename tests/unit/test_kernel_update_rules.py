@@ -7,8 +7,8 @@ from typing import Any
 
 import pytest
 
-from remediation.checks import Policy, run_checks
-from remediation.facts import facts_from_dict
+from remediation.core.checks import Policy, run_checks
+from remediation.core.facts import facts_from_dict
 from remediation.kernelupdate.errors import KernelUpdateError
 from remediation.kernelupdate.flow import KernelUpdateOptions
 from remediation.kernelupdate.rules import available_query, parse_available, plan_host

@@ -33,11 +33,32 @@ def test_the_library_imports_nothing_outside_it() -> None:
 
 
 def test_lab_error_is_the_labs() -> None:
-    import remediation.errors
+    import remediation.core.errors
     from lab.errors import LabError
-    from remediation.errors import RemediationError
-    from remediation.exitcodes import ExitCode
+    from remediation.core.errors import RemediationError
+    from remediation.core.exitcodes import ExitCode
 
-    assert not hasattr(remediation.errors, "LabError")
+    assert not hasattr(remediation.core.errors, "LabError")
     assert LabError.__module__ == "lab.errors"
     assert issubclass(LabError, RemediationError) and LabError.exit_code == ExitCode.BAD_INPUT
+
+
+#: What each lower layer of ``remediation/`` may import from the library (besides itself). The layers above
+#: (host, rollout and its adapters, azure, k8s, aoai, train, report) build on these; nothing below reaches up.
+LOWER_LAYERS = {
+    "core": {"hostside", "kernelflavour"},
+    "transport": {"core", "hostside"},
+}
+
+
+def test_lower_layers_do_not_reach_up() -> None:
+    offenders = []
+    for layer, allowed in LOWER_LAYERS.items():
+        for path in sorted((ROOT / "remediation" / layer).rglob("*.py")):
+            for line, name in _imported(ast.parse(path.read_text(), str(path))):
+                parts = name.split(".")
+                if parts[0] == "remediation" and len(parts) > 1 and parts[1] not in allowed | {layer}:
+                    offenders.append(f"{path.relative_to(ROOT)}:{line}: {name}")
+    assert offenders == [], "a lower layer imports a higher one (move the code down, or the import up):\n" + "\n".join(
+        offenders
+    )

@@ -6,8 +6,8 @@ from __future__ import annotations
 import pynvml
 import pytest
 
-from remediation.diagnose import diagnose
-from remediation.parsers import detect_kind, nvml_errors, nvml_text
+from remediation.core.parsers import detect_kind, nvml_errors, nvml_text
+from remediation.host.diagnose import diagnose
 from remediation.probe import gpuprobe
 
 ERRORS = nvml_errors.NVML_ERRORS

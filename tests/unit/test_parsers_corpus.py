@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from remediation.parsers import apt_history, dkms, kernel_log, nvml_text
+from remediation.core.parsers import apt_history, dkms, kernel_log, nvml_text
 from tests.corpus import blocks as _load
 
 BLOCKS: dict[str, list[str]] = _load()

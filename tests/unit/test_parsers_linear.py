@@ -1,7 +1,7 @@
 """Issue 20 item 2: no parser hangs on pasted text. Every text entry point reads 1 MiB of adversarial text in < 2 s.
 
-The entry points are discovered from the kind registry (:func:`remediation.parsers.kinds`: each kind's ``score``,
-``parse`` and its diagnosis through :func:`remediation.diagnose.diagnose`), so a new kind is covered without
+The entry points are discovered from the kind registry (:func:`remediation.core.parsers.kinds`: each kind's ``score``,
+``parse`` and its diagnosis through :func:`remediation.host.diagnose.diagnose`), so a new kind is covered without
 editing this file; the areas' own task functions (k8s pending/latency, aoai, train OOM) are listed below.
 
 The documents are generated, deterministic, and built from what makes a backtracking regex quadratic: long runs of
@@ -24,12 +24,12 @@ from hypothesis import strategies as st
 
 from remediation.aoai.analysis import analyse
 from remediation.aoai.settings import AoaiSettings
-from remediation.diagnose import diagnose
-from remediation.errors import RemediationError
+from remediation.core.errors import RemediationError
+from remediation.core.parsers import kinds
+from remediation.core.parsers._text import clean_line
+from remediation.host.diagnose import diagnose
 from remediation.k8s.latency import cpu_throttling
 from remediation.k8s.pending import diagnose_pending
-from remediation.parsers import kinds
-from remediation.parsers._text import clean_line
 from remediation.train.api import diagnose_oom
 from remediation.train.settings import TrainSettings
 

@@ -7,7 +7,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from remediation.parsers import (
+from remediation.core.parsers import (
     KINDS,
     UNKNOWN,
     apt_history,

@@ -123,7 +123,7 @@ def test_gone_processes_are_not_unreadable_but_denied_ones_are(tmp_path: Path, m
 
 
 def test_the_loader_takes_exe_and_unreadable_and_tolerates_an_older_probe() -> None:
-    from remediation.facts import facts_from_dict
+    from remediation.core.facts import facts_from_dict
 
     doc = json.loads((FIXTURES / "healthy.json").read_text())
     doc["device_users"] = {

@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from remediation.checks import run_checks
-from remediation.checks.policy import Policy
-from remediation.facts import facts_from_dict
+from remediation.core.checks import run_checks
+from remediation.core.checks.policy import Policy
+from remediation.core.facts import facts_from_dict
 from remediation.restore.rules import decide
 
 REAL = Path(__file__).resolve().parents[1] / "fixtures" / "real-gpu-h200"

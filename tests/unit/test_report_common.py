@@ -13,13 +13,13 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
-from remediation.audit import AuditOptions, AuditResult, HostAudit, policy_for
-from remediation.checks import run_fleet_checks
-from remediation.facts import HostFacts, facts_from_dict
-from remediation.fanout import Status
-from remediation.findings import Finding
-from remediation.inventory import Host
+from remediation.core.checks import run_fleet_checks
+from remediation.core.facts import HostFacts, facts_from_dict
+from remediation.core.findings import Finding
+from remediation.host.audit import AuditOptions, AuditResult, HostAudit, policy_for
 from remediation.report import hostview
+from remediation.transport.fanout import Status
+from remediation.transport.inventory import Host
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
 FACTS = FIXTURES / "facts"

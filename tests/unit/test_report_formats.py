@@ -8,7 +8,7 @@ import pytest
 from rich.console import Console
 from test_report_common import S1_HOST, build_result
 
-from remediation.errors import RemediationError
+from remediation.core.errors import RemediationError
 from remediation.report.formats import FORMATS, render
 from remediation.report.incident import render_incident
 from remediation.report.json_report import render_json

@@ -9,7 +9,7 @@ from markdown_it import MarkdownIt
 from markdown_it.token import Token
 from test_report_common import DOWN_HOST, S1_HOST, THERMAL_HOST, build_result, with_evidence
 
-from remediation.errors import TemplateError
+from remediation.core.errors import TemplateError
 from remediation.report import markdown
 from remediation.report.incident import family_of, incidents, render_incident
 from remediation.report.jinja import environment, render_template

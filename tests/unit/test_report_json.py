@@ -6,7 +6,7 @@ import json
 
 from test_report_common import DOWN_HOST, S1_HOST, UNREACHABLE_ERROR, build_result
 
-from remediation.findings import Finding
+from remediation.core.findings import Finding
 from remediation.report.json_report import SCHEMA, render_json
 
 

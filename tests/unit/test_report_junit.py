@@ -12,8 +12,8 @@ from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 from test_report_common import DOWN_HOST, JUNIT_XSD, S1_HOST, UNREACHABLE_ERROR, build_result, with_evidence
 
-from remediation import catalog
-from remediation.findings import Severity
+from remediation.core import catalog
+from remediation.core.findings import Severity
 from remediation.report.junit import PROBE_TEST, render_junit, xml_text
 
 

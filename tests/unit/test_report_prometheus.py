@@ -15,7 +15,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from prometheus_client.samples import Sample
 from test_report_common import DOWN_HOST, FACTS, S1_HOST, THERMAL_HOST, build_result, load_facts
 
-from remediation.facts import facts_from_dict
+from remediation.core.facts import facts_from_dict
 from remediation.report.prometheus import METRICS, escape_label_value, render_host_prometheus, render_prometheus
 
 PROBE = Path(__file__).resolve().parents[2] / "remediation" / "probe" / "gpuprobe.py"

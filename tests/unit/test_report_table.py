@@ -7,7 +7,7 @@ import dataclasses
 from rich.console import Console
 from test_report_common import DOWN_HOST, S1_HOST, THERMAL_HOST, UNREACHABLE_ERROR, build_result
 
-from remediation.findings import Severity
+from remediation.core.findings import Severity
 from remediation.report.table import exit_code_meaning, render_table
 
 
@@ -132,8 +132,8 @@ def test_a_host_with_a_critical_finding_never_reads_ok() -> None:
 
 
 def test_probe_words_for_every_status() -> None:
-    from remediation.fanout import Status
     from remediation.report.table import health_word, probe_word
+    from remediation.transport.fanout import Status
 
     result = build_result({"gpu-1": "healthy", DOWN_HOST: None})
     down = result.host(DOWN_HOST)

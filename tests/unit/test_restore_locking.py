@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from remediation.config import KernelUpdateSettings, RestoreSettings, load_section
-from remediation.errors import UsageError
+from remediation.core.errors import UsageError
 from remediation.kernelupdate.errors import KernelUpdateError
 from remediation.kernelupdate.flow import KernelUpdateOptions
 from remediation.restore.errors import RestoreError

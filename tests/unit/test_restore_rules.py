@@ -9,8 +9,8 @@ from typing import Any
 
 import pytest
 
-from remediation.checks import Policy, run_checks
-from remediation.facts import facts_from_dict
+from remediation.core.checks import Policy, run_checks
+from remediation.core.facts import facts_from_dict
 from remediation.restore.rules import Action, decide
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "facts"

@@ -10,13 +10,13 @@ from typing import Any
 
 import pytest
 
-from remediation import catalog
-from remediation.catalog import host as host_catalog
-from remediation.checks import RULES, Policy, run_checks
-from remediation.checks.registry import rule
-from remediation.diagnose import diagnose
-from remediation.facts import facts_from_dict
-from remediation.findings import Finding
+from remediation.core import catalog
+from remediation.core.catalog import host as host_catalog
+from remediation.core.checks import RULES, Policy, run_checks
+from remediation.core.checks.registry import rule
+from remediation.core.facts import facts_from_dict
+from remediation.core.findings import Finding
+from remediation.host.diagnose import diagnose
 from tests.corpus import blocks as corpus_blocks
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -38,7 +38,7 @@ def _make_finding_sites() -> dict[str, set[str]]:
                 if isinstance(child, ast.Call):
                     func = child.func
                     name = func.id if isinstance(func, ast.Name) else getattr(func, "attr", None)
-                    if name == "make_finding" and module != "remediation.findings":
+                    if name == "make_finding" and module != "remediation.core.findings":
                         first = child.args[0] if child.args else None
                         assert isinstance(first, ast.Constant) and isinstance(first.value, str), (
                             f"{path}:{child.lineno}: make_finding's ID must be a literal, so its rule can be found"

@@ -12,9 +12,9 @@ from typing import Any
 
 import pytest
 
-from remediation.checks import Policy, run_checks
-from remediation.diagnose import diagnose
-from remediation.facts import facts_from_dict
+from remediation.core.checks import Policy, run_checks
+from remediation.core.facts import facts_from_dict
+from remediation.host.diagnose import diagnose
 from remediation.kernelflavour import flavour_metas, is_flavour_meta, meta_pattern, parse_release
 from remediation.probe import gpuprobe
 from remediation.restore.rules import Action, choose_module_source, decide

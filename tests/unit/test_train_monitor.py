@@ -10,11 +10,11 @@ from pathlib import Path
 
 import pytest
 
-from remediation.inventory import Host
 from remediation.train import monitor as monitor_mod
 from remediation.train import sampler
 from remediation.train.errors import TrainError
 from remediation.train.monitor import FIELDS, bundle, monitor, parse_csv
+from remediation.transport.inventory import Host
 
 REPO = Path(__file__).resolve().parents[2]
 

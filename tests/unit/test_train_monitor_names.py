@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from remediation.errors import InventoryError
-from remediation.inventory import Host
+from remediation.core.errors import InventoryError
 from remediation.train.monitor import bundle, monitor, parse_csv, remote_command
+from remediation.transport.inventory import Host
 
 
 @pytest.mark.parametrize("name", ["gpu-2;touch {m}", "gpu-2$(touch {m})", "gpu-2`touch {m}`", "gpu-2\ntouch {m}"])

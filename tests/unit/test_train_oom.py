@@ -13,8 +13,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from remediation.diagnose import diagnose
-from remediation.parsers import detect_kind
+from remediation.core.parsers import detect_kind
+from remediation.host.diagnose import diagnose
 from remediation.train import oom
 from remediation.train.api import JobFlags, diagnose_oom
 from remediation.train.settings import TrainSettings
@@ -153,8 +153,8 @@ def test_no_other_corpus_text_is_taken_for_oom() -> None:
 
 
 def test_catalog_entries() -> None:
-    from remediation import catalog
-    from remediation.catalog import train
+    from remediation.core import catalog
+    from remediation.core.catalog import train
 
     assert [e.id for e in train.ENTRIES] == [f"TRAIN-OOM-00{n}" for n in range(1, 6)]
     for entry in train.ENTRIES:

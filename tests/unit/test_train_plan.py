@@ -221,7 +221,7 @@ def test_bad_input_is_one_line(flags: JobFlags, message: str) -> None:
 
 
 def test_gpu_table_reuses_skus_and_sizes_parse() -> None:
-    from remediation import skus
+    from remediation.core import skus
 
     assert gpu("A100-80GB").memory_mib == skus.A100_80GB_PCIE.memory_mib
     assert gpu("h100").memory_mib == skus.H100_80GB_HBM3.memory_mib

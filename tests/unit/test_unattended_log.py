@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from remediation.diagnose import diagnose
-from remediation.parsers import detect_kind, scores
-from remediation.parsers import unattended_upgrades as uu
+from remediation.core.parsers import detect_kind, scores
+from remediation.core.parsers import unattended_upgrades as uu
+from remediation.host.diagnose import diagnose
 from tests.corpus import blocks as corpus_blocks
 
 FIELD = Path(__file__).resolve().parents[1] / "fixtures" / "field"

@@ -1,0 +1,134 @@
+"""``invoke harden``: keep unattended-upgrades from breaking GPU hosts, as a converge flow.
+
+audit (the probe) -> plan (which hosts need which role; compliant hosts cost no Ansible run) ->
+``--check`` shows the per-host diff and stops -> confirm unless ``--yes`` -> apply ``playbooks/harden.yml``
+through ansible-runner, limited to the hosts that need it -> re-audit -> not converged means non-zero exit.
+Hosts that cannot be changed safely (unreachable, dpkg lock held) are reported and left alone; the others go on.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from remediation.core.exitcodes import ExitCode
+from remediation.host.audit import AuditOptions, AuditResult, run_audit
+from remediation.rollout.engine import StopReason
+from remediation.transport.inventory import Host
+from remediation.transport.runner import PlaybookResult, run_playbook
+
+PLAYBOOK = "gpufleet.remediation.harden"
+# finding -> the role that remediates it
+REMEDIES = {
+    "GPU-KRN-002": "gpu_kernel_hold",
+    "GPU-KRN-003": "unattended_upgrades_blacklist",
+    "GPU-KRN-004": "unattended_upgrades_blacklist",
+}
+BLOCKERS = {"GPU-APT-001": "dpkg lock held"}
+
+
+@dataclass(frozen=True)
+class HostPlan:
+    host: str
+    findings: tuple[str, ...]  # the finding IDs harden remediates on this host
+    roles: tuple[str, ...]
+    blocked: str | None = None  # why the host is left alone
+
+    @property
+    def needs_change(self) -> bool:
+        return bool(self.roles) and self.blocked is None
+
+
+@dataclass(frozen=True)
+class HardenPlan:
+    hosts: tuple[HostPlan, ...]
+
+    @property
+    def to_change(self) -> list[str]:
+        return [h.host for h in self.hosts if h.needs_change]
+
+    @property
+    def compliant(self) -> list[str]:
+        return [h.host for h in self.hosts if not h.roles and h.blocked is None]
+
+    @property
+    def blocked(self) -> list[HostPlan]:
+        return [h for h in self.hosts if h.blocked is not None]
+
+
+@dataclass(frozen=True)
+class HardenResult:
+    before: AuditResult
+    plan: HardenPlan
+    applied: PlaybookResult | None
+    after: AuditResult | None
+    stopped: StopReason | None  # preview | declined | nothing to do | None (applied)
+
+    @property
+    def not_converged(self) -> list[str]:
+        """Hosts that still have a finding harden remediates, or that could not be hardened (blocked)."""
+        final = plan(self.after) if self.after is not None else self.plan
+        return sorted(h.host for h in final.hosts if h.roles or h.blocked)
+
+    @property
+    def exit_code(self) -> ExitCode:
+        """OK converged (or only previewed/declined); FINDINGS a host is not hardened after the run."""
+        if self.stopped in (StopReason.PREVIEW, StopReason.DECLINED):
+            return ExitCode.OK
+        return ExitCode.FINDINGS if self.not_converged else ExitCode.OK
+
+
+def plan(audit: AuditResult) -> HardenPlan:
+    hosts = []
+    for h in audit.hosts:
+        if not h.probed:
+            hosts.append(HostPlan(h.host, (), (), blocked=f"{h.status.value}: {h.error or 'not probed'}"))
+            continue
+        ids = tuple(sorted({f.id for f in h.findings if f.id in REMEDIES}))
+        roles = tuple(sorted({REMEDIES[i] for i in ids}))
+        blocker = next(
+            (BLOCKERS[f.id] + ": " + "; ".join(f.evidence[:1]) for f in h.findings if f.id in BLOCKERS), None
+        )
+        hosts.append(HostPlan(h.host, ids, roles, blocked=blocker if roles else None))
+    return HardenPlan(tuple(hosts))
+
+
+def harden(
+    hosts: Sequence[Host],
+    inventory: str | Path,
+    options: AuditOptions,
+    *,
+    check: bool = False,
+    diff: bool = True,
+    batch: str | int = "25%",
+    max_fail_percentage: int = 10,
+    confirm: Callable[[HardenPlan, PlaybookResult | None], bool] | None = None,
+    show_plan: Callable[[HardenPlan, PlaybookResult | None], None] | None = None,
+) -> HardenResult:
+    before = run_audit(hosts, options, inventory=str(inventory))
+    the_plan = plan(before)
+    if not the_plan.to_change:
+        return HardenResult(before, the_plan, None, None, StopReason.NOTHING_TO_DO)
+    # The audit has just read each host's booted kernel: the playbook need not gather facts again.
+    kernels = {h.host: h.facts.system.kernel for h in before.hosts if h.facts is not None and h.facts.system.kernel}
+    extravars = {
+        "harden_batch": batch,
+        "harden_max_fail_percentage": max_fail_percentage,
+        "harden_gather_facts": False,
+        "harden_booted_kernels": kernels,
+    }
+    preview = None
+    if check or confirm is not None:
+        preview = run_playbook(
+            PLAYBOOK, inventory, limit=the_plan.to_change, check=True, diff=True, extravars=extravars
+        )
+    if show_plan is not None:
+        show_plan(the_plan, preview)
+    if check:
+        return HardenResult(before, the_plan, preview, None, StopReason.PREVIEW)
+    if confirm is not None and not confirm(the_plan, preview):
+        return HardenResult(before, the_plan, preview, None, StopReason.DECLINED)
+    applied = run_playbook(PLAYBOOK, inventory, limit=the_plan.to_change, diff=diff, extravars=extravars)
+    after = run_audit(hosts, options, inventory=str(inventory))
+    return HardenResult(before, the_plan, applied, after, None)
