@@ -1,12 +1,11 @@
-"""The typed config layer (remediation.config) and the task modules that read it (commands/)."""
+"""The typed config layer (remediation.core.config) and the task modules that read it (commands/)."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
 import pytest
-
-from remediation.config import (
+from remediation.core.config import (
     AuditSettings,
     RestoreSettings,
     check_config_file,
@@ -15,6 +14,7 @@ from remediation.config import (
     load_section,
     positive,
 )
+
 from remediation.core.errors import UsageError
 
 

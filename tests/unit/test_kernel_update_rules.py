@@ -2,13 +2,17 @@
 
 from __future__ import annotations
 
+import dataclasses
+import itertools
+import json
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from remediation.core.checks import Policy, run_checks
-from remediation.core.facts import facts_from_dict
+from remediation.core.facts import DeviceUser, DeviceUsers, DpkgLock, facts_from_dict
+from remediation.kernelupdate import rules
 from remediation.kernelupdate.errors import KernelUpdateError
 from remediation.kernelupdate.flow import KernelUpdateOptions
 from remediation.kernelupdate.rules import available_query, parse_available, plan_host
@@ -111,3 +115,43 @@ def test_driver_daemons_are_not_gpu_work_but_jobs_are(tmp_path: Path) -> None:
     doc["device_users"] = {"users": [daemon, job], "unreadable": 0}
     p = _plan(facts_from_dict(doc, host="h"))
     assert not p.changes_host and "pid 3121 (python3) holds GPU 0" in (p.blocked or "")
+
+
+def test_every_rule_and_guard_of_the_plan_is_reachable(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each rule of the first-match table, and each guard, decides at least one host of a small grid of inputs (a
+    rule that an earlier one shadows, or whose predicate can never hold, fails this)."""
+    healthy = facts_from_dict(json.loads((Path(__file__).parents[1] / "fixtures/facts/healthy.json").read_text()))
+    booted, newer = "6.5.0-45-generic", "6.8.0-40-generic"
+    assert healthy.system.kernel == booted and healthy.nvml.ok and healthy.packages.driver_branch == "535"
+    image = {f"linux-image-{newer}": (rules.Available(f"linux-image-{newer}", "6.8.0-40.40"),)}
+    headers = {f"linux-headers-{newer}": (rules.Available(f"linux-headers-{newer}", "6.8.0-40.40"),)}
+    signed = f"linux-modules-nvidia-535-{newer}"
+
+    def build(driver: str) -> dict[str, Any]:
+        return {signed: (rules.Available(signed, "1", f"nvidia-kernel-common-535 (>= {driver})"),)}
+
+    offers = [{}, image, {**image, **headers}, {**image, **build("535.183.01")}, {**image, **build("535.216.01")}]
+    job = DeviceUser(3121, "python3", ("/dev/nvidia0",), (0,), False)
+    guards = [{}, {"dpkg_lock": DpkgLock(True, 7, "apt-get")}, {"device_users": DeviceUsers((job,), True, 0)}]
+    hosts = [
+        healthy,
+        dataclasses.replace(healthy, nvml=dataclasses.replace(healthy.nvml, ok=False, error_class="driver_not_loaded")),
+        dataclasses.replace(healthy, system=dataclasses.replace(healthy.system, kernel_flavour=None)),
+        dataclasses.replace(healthy, packages=dataclasses.replace(healthy.packages, driver_branch=None)),
+    ]
+    fired: set[str] = set()
+    monkeypatch.setattr(rules, "_RULES", tuple(
+        dataclasses.replace(r, plan=lambda c, r=r: (fired.add(r.name), r.plan(c))[1]) for r in rules._RULES
+    ))
+    monkeypatch.setattr(rules, "_GUARDS", tuple(
+        dataclasses.replace(g, blocks=lambda c, g=g: (why := g.blocks(c)) and (fired.add(g.name), why)[1])
+        for g in rules._GUARDS
+    ))
+    grid = itertools.product(hosts, guards, offers, [None, booted, newer, "6.9.0-1-generic", "6.5.0-1025-azure"],
+                             ["dkms", "signed"], [{}, {"gpufleet_cordoned": True}])
+    for facts, guard, available, kernel, source, host_vars in grid:
+        plan_host("h", dataclasses.replace(facts, **guard), [], host_vars, available, kernel=kernel,
+                  module_source=source)
+    names = [r.name for r in rules._RULES] + [g.name for g in rules._GUARDS]
+    assert len(set(names)) == len(names), "rule and guard names are unique"
+    assert [n for n in names if n not in fired] == []
