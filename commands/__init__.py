@@ -2,7 +2,7 @@
 installed ``gpufleet`` console script both run that namespace).
 
 Each module holds the thin tasks of one namespace: parse the flags, load the area's typed settings
-(:mod:`remediation.core.config`), call one ``remediation.*`` function, render, ``raise Exit(code=...)``. What every area
+(:mod:`remediation.config`), call one ``remediation.*`` function, render, ``raise Exit(code=...)``. What every area
 shares lives here: :func:`edge` (the library's errors become one line on stderr and an exit code, here and nowhere
 else), the fleet flags and the fleet lookup. Heavy imports stay inside the tasks, so ``invoke --list`` is instant.
 """
@@ -136,8 +136,7 @@ def preflight(path: Path) -> None:
     error or a section of the wrong shape there ends in its traceback (exit 1, which means "findings" here). This
     turns them into one line on stderr and exit 2.
     """
-    from remediation.core.config import check_config_file
-
+    from remediation.config import check_config_file
     from remediation.core.errors import RemediationError
 
     try:
@@ -153,7 +152,7 @@ SECTIONS = ("fleets", "ansible", "audit", "driver_restore", "kernel_update", "la
 
 def settings(c: Any, cls: type[Any], name: str) -> Any:
     """The ``name:`` config section as its typed settings class."""
-    from remediation.core.config import load_section
+    from remediation.config import load_section
 
     return load_section(cls, c.config.get(name, {}), name, config_source(c, name))
 
@@ -165,8 +164,7 @@ def with_collections(func: F) -> F:
 
     @functools.wraps(func)
     def wrapper(c: Any, *args: Any, **kwargs: Any) -> Any:
-        from remediation.core.config import AnsibleSettings
-
+        from remediation.config import AnsibleSettings
         from remediation.transport.runner import collections_first
 
         cfg = settings(c, AnsibleSettings, "ansible")
@@ -178,8 +176,7 @@ def with_collections(func: F) -> F:
 
 def fleet_hosts(c: Any, fleet: str, inventory: str | None, limit: str | None) -> tuple[list[Any], str, str]:
     """The fleet's hosts (after ``--limit``), the inventory path and the group, from ``fleets:`` or ``--inventory``."""
-    from remediation.core.config import fleets_from_mapping
-
+    from remediation.config import fleets_from_mapping
     from remediation.core.errors import InventoryError
     from remediation.transport.inventory import load
 
@@ -203,8 +200,7 @@ def fleet_hosts(c: Any, fleet: str, inventory: str | None, limit: str | None) ->
 
 def audit_options(c: Any, concurrency: Any = None, timeout: Any = None) -> Any:
     """:class:`~remediation.host.audit.AuditOptions` from ``audit:``, with the flags that override it."""
-    from remediation.core.config import AuditSettings, positive
-
+    from remediation.config import AuditSettings, positive
     from remediation.host.audit import AuditOptions
 
     cfg = settings(c, AuditSettings, "audit")

@@ -44,9 +44,9 @@ def audit(  # type: ignore[no-untyped-def]
     Exit codes: 0 clean; 1 a finding at or above --fail-on; 2 bad input; 3 a host could not be probed
     (audit.unreachable_exit) and no finding reached --fail-on.
     """
-    from remediation.core.config import AuditSettings
     from rich.console import Console
 
+    from remediation.config import AuditSettings
     from remediation.core.errors import UsageError
     from remediation.core.findings import Severity
     from remediation.host.audit import run_audit

@@ -23,8 +23,7 @@ from commands import (
 
 def restore_options(c: Any, **flags: Any) -> Any:
     """:class:`~remediation.restore.flow.RestoreOptions` from ``driver_restore:`` and the flags (flag wins)."""
-    from remediation.core.config import AuditSettings, RestoreSettings
-
+    from remediation.config import AuditSettings, RestoreSettings
     from remediation.restore.errors import RestoreError
     from remediation.restore.flow import RestoreOptions
     from remediation.restore.rules import Prefer

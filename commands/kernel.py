@@ -23,8 +23,7 @@ from commands import (
 
 def kernel_options(c: Any, **flags: Any) -> Any:
     """:class:`~remediation.kernelupdate.flow.KernelUpdateOptions` from ``kernel_update:`` and the flags."""
-    from remediation.core.config import AuditSettings, KernelUpdateSettings
-
+    from remediation.config import AuditSettings, KernelUpdateSettings
     from remediation.kernelupdate.errors import KernelUpdateError
     from remediation.kernelupdate.flow import KernelUpdateOptions
 

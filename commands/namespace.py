@@ -9,11 +9,11 @@ from any directory. The defaults of every typed config section are registered he
 from __future__ import annotations
 
 from invoke import Collection
-from remediation.core.config import AnsibleSettings, AuditSettings, KernelUpdateSettings, RestoreSettings, defaults
 
 from commands import aks, aoai, audit, demo, driver, harden, k8s, kernel, lab, quota, train
 from remediation.aoai.settings import AoaiSettings
 from remediation.azure.settings import AzureSettings
+from remediation.config import AnsibleSettings, AuditSettings, KernelUpdateSettings, RestoreSettings, defaults
 from remediation.k8s.settings import K8sSettings
 from remediation.train.settings import TrainSettings
 

@@ -1,11 +1,12 @@
-"""The typed config layer (remediation.core.config) and the task modules that read it (commands/)."""
+"""The typed config layer (remediation.config) and the task modules that read it (commands/)."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
 import pytest
-from remediation.core.config import (
+
+from remediation.config import (
     AuditSettings,
     RestoreSettings,
     check_config_file,
@@ -14,7 +15,6 @@ from remediation.core.config import (
     load_section,
     positive,
 )
-
 from remediation.core.errors import UsageError
 
 

@@ -9,8 +9,8 @@ import threading
 from pathlib import Path
 
 import pytest
-from remediation.core.config import KernelUpdateSettings, RestoreSettings, load_section
 
+from remediation.config import KernelUpdateSettings, RestoreSettings, load_section
 from remediation.core.errors import UsageError
 from remediation.kernelupdate.errors import KernelUpdateError
 from remediation.kernelupdate.flow import KernelUpdateOptions
