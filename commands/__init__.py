@@ -201,7 +201,7 @@ def fleet_hosts(c: Any, fleet: str, inventory: str | None, limit: str | None) ->
 def audit_options(c: Any, concurrency: Any = None, timeout: Any = None) -> Any:
     """:class:`~remediation.host.audit.AuditOptions` from ``audit:``, with the flags that override it."""
     from remediation.config import AuditSettings, positive
-    from remediation.host.audit import AuditOptions
+    from remediation.host.api import AuditOptions
 
     cfg = settings(c, AuditSettings, "audit")
     return AuditOptions(

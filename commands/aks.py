@@ -24,10 +24,8 @@ def pools(c, cluster=None, resource_group=None, format="table", subscription=Non
     Exit codes: 0 nothing to fix; 1 a pool at maxCount, a GPU pool without the taint, or quota short of maxCount;
     2 bad input or no `az login`; 3 ARM error.
     """
-    from remediation.azure import report
-    from remediation.azure.run import check_format
-    from remediation.azure.run import pools as run
-    from remediation.azure.settings import AzureSettings
+    from remediation.azure.api import AzureSettings, check_format, report
+    from remediation.azure.api import pools as run
     from remediation.report.console import console
 
     fmt = check_format(format, ("table", "json"))

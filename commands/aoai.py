@@ -11,7 +11,7 @@ from remediation.core.exitcodes import ExitCode
 
 
 def _cfg(c: Any) -> Any:
-    from remediation.aoai.settings import AoaiSettings
+    from remediation.aoai.api import AoaiSettings
 
     return settings(c, AoaiSettings, "aoai")
 
@@ -55,8 +55,7 @@ def diagnose(c, file=None, format="text", tpm_limit=None, deployment=None):  # t
     """429 storm from request logs or Azure Monitor metrics: share over time, Retry-After, peak TPM, the burst."""
     import json
 
-    from remediation.aoai.analysis import analyse
-    from remediation.aoai.report import render_analysis
+    from remediation.aoai.api import analyse, render_analysis
     from remediation.core.errors import UsageError
 
     if format not in ("text", "json"):
@@ -85,7 +84,7 @@ def alerts(c, account_id, deployment, tpm_limit=None, action_group="", out=None)
     """Azure Monitor alerts at 80% of TPM and on 429s: the parameters file for templates/azure/."""
     import sys
 
-    from remediation.aoai.templates import ALERTS_FILE, TEMPLATES, alert_parameters, render_json
+    from remediation.aoai.api import ALERTS_FILE, TEMPLATES, alert_parameters, render_json
 
     cfg = _cfg(c)
     limit = _number("--tpm-limit", tpm_limit if tpm_limit is not None else cfg.tpm_limit)
@@ -113,7 +112,7 @@ def apim(c, apim, primary_url, secondary_url, api="azure-openai", out=None):  # 
     """APIM backend pool (two deployments, circuit breakers honouring Retry-After): the parameters file."""
     import sys
 
-    from remediation.aoai.templates import APIM_FILE, TEMPLATES, apim_parameters, render_json
+    from remediation.aoai.api import APIM_FILE, TEMPLATES, apim_parameters, render_json
 
     _write(out, render_json(apim_parameters(apim, primary_url, secondary_url, api)))
     template = shown(TEMPLATES / APIM_FILE)

@@ -49,7 +49,7 @@ def audit(  # type: ignore[no-untyped-def]
     from remediation.config import AuditSettings
     from remediation.core.errors import UsageError
     from remediation.core.findings import Severity
-    from remediation.host.audit import run_audit
+    from remediation.host.api import run_audit
     from remediation.report.console import console, progress_bar
     from remediation.report.formats import FORMATS, render
 
@@ -73,8 +73,8 @@ def audit(  # type: ignore[no-untyped-def]
         else:
             sys.stdout.write(text if text.endswith("\n") else text + "\n")
     if history:
-        from remediation.host.history import compare, load_previous, render_comparison
-        from remediation.host.history import save as save_history
+        from remediation.host.api import compare, load_previous, render_comparison
+        from remediation.host.api import save as save_history
 
         directory = under_project(c, cfg.history_dir)
         comparison = compare(load_previous(directory, fleet), result)
@@ -100,8 +100,8 @@ def diagnose(c, file=None, format="text", kind=None):  # type: ignore[no-untyped
     import json
 
     from remediation.core.errors import ParseError
-    from remediation.host.diagnose import diagnose as run
-    from remediation.host.diagnose import render_text
+    from remediation.host.api import diagnose as run
+    from remediation.host.api import render_text
 
     if format not in ("text", "json"):
         raise ParseError(f"--format {format!r} must be text or json")

@@ -24,9 +24,7 @@ from commands import (
 def restore_options(c: Any, **flags: Any) -> Any:
     """:class:`~remediation.restore.flow.RestoreOptions` from ``driver_restore:`` and the flags (flag wins)."""
     from remediation.config import AuditSettings, RestoreSettings
-    from remediation.restore.errors import RestoreError
-    from remediation.restore.flow import RestoreOptions
-    from remediation.restore.rules import Prefer
+    from remediation.restore.api import Prefer, RestoreError, RestoreOptions
 
     cfg = settings(c, RestoreSettings, "driver_restore")
     history_dir = settings(c, AuditSettings, "audit").history_dir
@@ -103,7 +101,7 @@ def driver_restore(  # type: ignore[no-untyped-def]
     """
     from remediation.report.console import console
     from remediation.report.restore_view import print_restore_plan, print_restore_result, render_restore_report
-    from remediation.restore.flow import driver_restore as run
+    from remediation.restore.api import driver_restore as run
     from remediation.transport.inventory import load
 
     check = bool(check or dry_run)

@@ -50,7 +50,7 @@ def harden(  # type: ignore[no-untyped-def]
     Exit codes: 0 converged (or --check / not confirmed); 1 a host is not hardened; 2 bad input.
     """
     from remediation.core.errors import UsageError
-    from remediation.host.harden import harden as run
+    from remediation.host.api import harden as run
     from remediation.report.console import console
     from remediation.report.converge import print_harden_plan, print_harden_result
 

@@ -13,7 +13,7 @@ from remediation.core.exitcodes import ExitCode
 
 
 def _k8s(c: Any) -> Any:
-    from remediation.k8s.settings import K8sSettings
+    from remediation.k8s.api import K8sSettings
 
     return settings(c, K8sSettings, "k8s")
 
@@ -47,8 +47,8 @@ def _format(format: str) -> None:
 @edge
 def render(c, template, values=None, set=None, kube_version=None, out=None):  # type: ignore[no-untyped-def]
     """Render a GPU workload manifest; values and output schema-checked. Exit 2 on bad values."""
-    from remediation.k8s.render import apply_sets, load_values, templates_dir
-    from remediation.k8s.render import render as run
+    from remediation.k8s.api import apply_sets, load_values, templates_dir
+    from remediation.k8s.api import render as run
 
     cfg = _k8s(c)
     data = load_values(values) if values else {}
@@ -97,10 +97,15 @@ def diagnose_pending(  # type: ignore[no-untyped-def]
     3 the Kubernetes API could not be asked.
     """
     from remediation.core.errors import UsageError
-    from remediation.k8s.capacity import pools_from_dict, usages_from_dict
-    from remediation.k8s.pending import diagnose_pending as run
-    from remediation.k8s.report import pending_json, print_pending
-    from remediation.k8s.snapshot import load_json, load_snapshot
+    from remediation.k8s.api import diagnose_pending as run
+    from remediation.k8s.api import (
+        load_json,
+        load_snapshot,
+        pending_json,
+        pools_from_dict,
+        print_pending,
+        usages_from_dict,
+    )
     from remediation.report.console import console
 
     _format(format)
@@ -114,7 +119,7 @@ def diagnose_pending(  # type: ignore[no-untyped-def]
     if snapshot:
         state = load_snapshot(snapshot)
     elif pod:
-        from remediation.k8s.live import fetch_snapshot
+        from remediation.k8s.api import fetch_snapshot
 
         state = fetch_snapshot(pod, namespace, kubeconfig or cfg.kubeconfig, context or cfg.context, cfg.api_timeout)
     pools_path = Path(pools) if pools else (Path(snapshot) / "pools.json" if snapshot else None)
@@ -158,9 +163,8 @@ def diagnose_pending(  # type: ignore[no-untyped-def]
 @edge
 def diagnose_latency(c, snapshot, facts=None, logs=None, metrics=None, format="text"):  # type: ignore[no-untyped-def]
     """Why an inference pod got slow: restarts, cold loads, GPU heat, neighbours. Exit 1 on findings."""
-    from remediation.k8s.latency import diagnose_latency as run
-    from remediation.k8s.report import latency_json, print_latency
-    from remediation.k8s.snapshot import load_json, load_snapshot, read_text
+    from remediation.k8s.api import diagnose_latency as run
+    from remediation.k8s.api import latency_json, load_json, load_snapshot, print_latency, read_text
     from remediation.report.console import console
 
     _format(format)
@@ -208,7 +212,7 @@ def diagnose_latency(c, snapshot, facts=None, logs=None, metrics=None, format="t
 def alerts(c, format="rules", out=None, temp_c=None, pending_minutes=None, namespace="monitoring"):  # type: ignore[no-untyped-def]
     """Prometheus alert rules: GPU temperature and Xid (DCGM), GPU pods Pending (kube-state-metrics)."""
     from remediation.core.errors import UsageError
-    from remediation.k8s.alerts import render_rules
+    from remediation.k8s.api import render_rules
 
     cfg = _k8s(c)
     try:

@@ -24,8 +24,7 @@ from commands import (
 def kernel_options(c: Any, **flags: Any) -> Any:
     """:class:`~remediation.kernelupdate.flow.KernelUpdateOptions` from ``kernel_update:`` and the flags."""
     from remediation.config import AuditSettings, KernelUpdateSettings
-    from remediation.kernelupdate.errors import KernelUpdateError
-    from remediation.kernelupdate.flow import KernelUpdateOptions
+    from remediation.kernelupdate.api import KernelUpdateError, KernelUpdateOptions
 
     cfg = settings(c, KernelUpdateSettings, "kernel_update")
     history_dir = settings(c, AuditSettings, "audit").history_dir
@@ -96,7 +95,7 @@ def kernel_update(  # type: ignore[no-untyped-def]
 
     Exit codes: 0 every host moved or current (or --check); 1 a host did not move; 2 bad input; 4 lock held.
     """
-    from remediation.kernelupdate.flow import kernel_update as run
+    from remediation.kernelupdate.api import kernel_update as run
     from remediation.report.console import console
     from remediation.report.kernel_update_view import (
         print_kernel_plan,

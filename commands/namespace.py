@@ -11,11 +11,11 @@ from __future__ import annotations
 from invoke import Collection
 
 from commands import aks, aoai, audit, demo, driver, harden, k8s, kernel, lab, quota, train
-from remediation.aoai.settings import AoaiSettings
-from remediation.azure.settings import AzureSettings
+from remediation.aoai.api import AoaiSettings
+from remediation.azure.api import AzureSettings
 from remediation.config import AnsibleSettings, AuditSettings, KernelUpdateSettings, RestoreSettings, defaults
-from remediation.k8s.settings import K8sSettings
-from remediation.train.settings import TrainSettings
+from remediation.k8s.api import K8sSettings
+from remediation.train.api import TrainSettings
 
 __all__ = ["ns"]
 

@@ -15,7 +15,7 @@ _FROM_FILE = "read usages from a file instead of ARM: the REST answer or `az vm 
 
 
 def _settings(c: Any) -> Any:
-    from remediation.azure.settings import AzureSettings
+    from remediation.azure.api import AzureSettings
 
     return settings(c, AzureSettings, "azure")
 
@@ -39,8 +39,7 @@ def show(  # type: ignore[no-untyped-def]
 
     Exit codes: 0 nothing at or above the threshold; 1 a quota is; 2 bad input or no `az login`; 3 ARM error.
     """
-    from remediation.azure import report
-    from remediation.azure.run import check_format, quota_show
+    from remediation.azure.api import check_format, quota_show, report
     from remediation.report.console import console
 
     fmt = check_format(format, ("table", "json", "prom"))
@@ -84,8 +83,7 @@ def plan(  # type: ignore[no-untyped-def]
 
     Exit codes: 0 fits; 1 a quota request is needed; 2 bad input or no `az login`; 3 ARM error.
     """
-    from remediation.azure import report
-    from remediation.azure.run import check_format, quota_plan
+    from remediation.azure.api import check_format, quota_plan, report
     from remediation.report.console import console
 
     fmt = check_format(format, ("table", "json"))
@@ -120,8 +118,7 @@ def request(  # type: ignore[no-untyped-def]
     Exit codes: 0 granted, already sufficient, or --check; 1 the request Failed/Invalid; 2 bad input (a limit below
     usage included) or no `az login`; 3 ARM error; 5 Azure wants a support request (ContactSupport, never retried).
     """
-    from remediation.azure import report
-    from remediation.azure.run import check_format, quota_request
+    from remediation.azure.api import check_format, quota_request, report
     from remediation.report.console import console
 
     fmt = check_format(format, ("table", "json"))

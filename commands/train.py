@@ -116,9 +116,7 @@ def plan(  # type: ignore[no-untyped-def]
     import json
 
     from remediation.core.errors import UsageError
-    from remediation.train.api import capacity_from_host, plan_job
-    from remediation.train.render import plan_to_dict, print_plan
-    from remediation.train.settings import TrainSettings
+    from remediation.train.api import TrainSettings, capacity_from_host, plan_job, plan_to_dict, print_plan
 
     if format not in ("table", "json"):
         raise UsageError(f"--format {format!r} must be table or json")
@@ -186,9 +184,9 @@ def diagnose_oom(  # type: ignore[no-untyped-def]
     import json
 
     from remediation.core.errors import UsageError
-    from remediation.host.diagnose import DiagnoseResult, render_text
+    from remediation.host.api import DiagnoseResult, render_text
+    from remediation.train.api import TrainSettings
     from remediation.train.api import diagnose_oom as run
-    from remediation.train.settings import TrainSettings
 
     if format not in ("text", "json"):
         raise UsageError(f"--format {format!r} must be text or json")
@@ -229,8 +227,8 @@ def monitor(  # type: ignore[no-untyped-def]
     from pathlib import Path
 
     from remediation.core.errors import UsageError
-    from remediation.train.monitor import monitor as run
-    from remediation.train.settings import TrainSettings
+    from remediation.train.api import TrainSettings
+    from remediation.train.api import monitor as run
     from remediation.transport.fanout import Status
 
     cfg = settings(c, TrainSettings, "train")

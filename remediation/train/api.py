@@ -20,9 +20,26 @@ from remediation.train.settings import TrainSettings
 if TYPE_CHECKING:
     from remediation.core.findings import Finding
     from remediation.host.audit import AuditOptions
+    from remediation.train.monitor import monitor
+    from remediation.train.render import plan_to_dict, print_plan
     from remediation.transport.inventory import Host
 
-__all__ = ["JobFlags", "OomDiagnosis", "capacity_from_host", "diagnose_oom", "model_from_flags", "plan_job"]
+__all__ = ["JobFlags", "OomDiagnosis", "TrainSettings", "capacity_from_host", "diagnose_oom", "model_from_flags",
+           "monitor", "plan_job", "plan_to_dict", "print_plan"]
+
+#: What the tasks also take from here, loaded on first use (PEP 562): the monitor (SSH) and the plan's rendering.
+_LAZY = {"monitor": "remediation.train.monitor", "plan_to_dict": "remediation.train.render",
+         "print_plan": "remediation.train.render"}
+
+
+def __getattr__(name: str) -> Any:
+    if name not in _LAZY:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    import importlib
+
+    value = getattr(importlib.import_module(_LAZY[name]), name)
+    globals()[name] = value
+    return value
 
 MiB = 1024**2
 

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import ast
 
+import pytest
+
 from tests.conftest import ROOT
 
 OUTSIDE = ("lab", "commands", "demo", "tests", "tasks", "bench")
@@ -62,3 +64,28 @@ def test_lower_layers_do_not_reach_up() -> None:
     assert offenders == [], "a lower layer imports a higher one (move the code down, or the import up):\n" + "\n".join(
         offenders
     )
+
+
+#: The areas; the tasks reach each through its one entry module, ``remediation.<area>.api``.
+AREAS = ("host", "restore", "kernelupdate", "azure", "k8s", "aoai", "train")
+
+
+def test_the_tasks_call_each_area_through_its_entry_module() -> None:
+    offenders = []
+    for path in [*sorted((ROOT / "commands").glob("*.py")), ROOT / "tasks.py"]:
+        for line, name in _imported(ast.parse(path.read_text(), str(path))):
+            parts = name.split(".")
+            if parts[0] == "remediation" and len(parts) > 1 and parts[1] in AREAS and parts[2:] != ["api"]:
+                offenders.append(f"{path.relative_to(ROOT)}:{line}: {name}")
+    assert offenders == [], "import these from the area's api module (add the name there):\n" + "\n".join(offenders)
+
+
+def test_every_name_an_entry_module_exports_resolves() -> None:
+    import importlib
+
+    for area in AREAS:
+        api = importlib.import_module(f"remediation.{area}.api")
+        for name in api.__all__:
+            assert getattr(api, name) is not None, (area, name)  # a name exported from the wrong module raises
+        with pytest.raises(AttributeError):
+            api.no_such_name  # noqa: B018
