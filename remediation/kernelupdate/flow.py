@@ -12,28 +12,18 @@ Without ``--allow-reboot`` a host's kernel is staged (installed, gate 1 passed, 
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from enum import StrEnum
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar, Unpack
 
 from remediation.host.audit import AuditOptions, AuditResult, HostAudit
 from remediation.kernelupdate.errors import KernelUpdateError
 from remediation.kernelupdate.rules import Available, KernelPlan, available_query, parse_available, plan_host
 from remediation.restore.rules import MODULE_SOURCES
-from remediation.rollout.engine import (
-    Applied,
-    ChangeKind,
-    Outcome,
-    Rollout,
-    RolloutHooks,
-    RolloutSettings,
-    Verdict,
-    run_rollout,
-)
+from remediation.rollout import engine
 from remediation.rollout.journal import Journal
-from remediation.rollout.lock import DEFAULT_TTL_S
 from remediation.transport.fanout import Status, fan_out
 from remediation.transport.inventory import Host
 from remediation.transport.runner import PlaybookResult, run_playbook
@@ -54,44 +44,30 @@ class KernelStatus(StrEnum):
     NOT_STARTED = "not-started"
     PLANNED = "planned"
 
-    @classmethod
-    def of(cls, verdict: Verdict) -> KernelStatus:
-        return _STATUS[verdict]
 
-
-_STATUS = {Verdict.DONE: KernelStatus.MOVED, Verdict.PENDING: KernelStatus.STAGED, Verdict.FAILED: KernelStatus.FAILED,
-           Verdict.UNCHANGED: KernelStatus.CURRENT, Verdict.LEFT_ALONE: KernelStatus.LEFT_ALONE,
-           Verdict.NOT_STARTED: KernelStatus.NOT_STARTED, Verdict.PLANNED: KernelStatus.PLANNED}
+_STATUS = {
+    engine.Verdict.DONE: KernelStatus.MOVED,
+    engine.Verdict.PENDING: KernelStatus.STAGED,
+    engine.Verdict.FAILED: KernelStatus.FAILED,
+    engine.Verdict.UNCHANGED: KernelStatus.CURRENT,
+    engine.Verdict.LEFT_ALONE: KernelStatus.LEFT_ALONE,
+    engine.Verdict.NOT_STARTED: KernelStatus.NOT_STARTED,
+    engine.Verdict.PLANNED: KernelStatus.PLANNED,
+}
 
 
 @dataclass(frozen=True)
-class KernelUpdateOptions:
+class KernelUpdateOptions(engine.RolloutOptions):
+    """The kernel update's options: the engine's (:class:`~remediation.rollout.engine.RolloutOptions`) and the kernel
+    to move to (None: the newest of the host's flavour). A batch may wait for two reboots (trial and fallback)."""
+
     kernel: str | None = None
-    module_source: str = "auto"
-    allow_reboot: bool = False
-    dry_run: bool = False
-    batch: int = 1
-    max_failures: int = 1
-    force: bool = False
-    reboot_timeout: int = 600
-    apt_lock_timeout: int = 60
-    state_dir: Path = Path(".audit")
-    lock_ttl_s: float = DEFAULT_TTL_S
-    playbook_timeout: int = 0  # 0: 2 x reboot_timeout + 1200
 
-    @property
-    def batch_timeout(self) -> int:
-        return self.playbook_timeout or 2 * self.reboot_timeout + 1200
-
-    def rollout(self) -> RolloutSettings:
-        return RolloutSettings(self.batch, self.max_failures, self.dry_run, self.state_dir, self.lock_ttl_s,
-                               self.batch_timeout)
+    reboots_per_batch: ClassVar[int] = 2
 
     def validate(self) -> KernelUpdateOptions:
-        if (bad := self.rollout().problem("kernel_update")) is not None:
+        if (bad := self.problem("kernel_update")) is not None:
             raise KernelUpdateError(bad)
-        if self.reboot_timeout < 1:
-            raise KernelUpdateError(f"--reboot-timeout {self.reboot_timeout} must be a positive number of seconds")
         if self.module_source not in MODULE_SOURCES:
             raise KernelUpdateError(
                 f"--module-source {self.module_source!r} is not one of {', '.join(MODULE_SOURCES)}"
@@ -102,19 +78,14 @@ class KernelUpdateOptions:
 
 
 @dataclass(frozen=True)
-class KernelOutcome:
-    host: str
-    plan: KernelPlan
-    status: KernelStatus
-    where: str | None = None
-    detail: str = ""
-    changed: tuple[str, ...] = ()
-    undone: tuple[str, ...] = ()
-    undo_error: str | None = None
+class KernelOutcome(engine.HostResult[KernelPlan, KernelStatus]):
+    """One host at the end of a kernel-update run: its plan and status."""
+
+    statuses = _STATUS
 
     @property
-    def ok(self) -> bool:
-        return self.status in (KernelStatus.MOVED, KernelStatus.CURRENT)
+    def plan(self) -> KernelPlan:
+        return self.item
 
 
 def _offers(
@@ -192,17 +163,15 @@ def undo_hosts(hosts: Sequence[str], inventory: str | Path, settings: Mapping[st
     return run_playbook(PLAYBOOK, inventory, limit=list(hosts), extravars=extravars, job_timeout=1200)
 
 
-KernelUpdateResult = Rollout[KernelUpdateOptions, KernelPlan, KernelOutcome]
-KernelUpdateHooks = RolloutHooks[KernelOutcome]
+KernelUpdateResult = engine.Rollout[KernelUpdateOptions, KernelPlan, KernelOutcome]
+KernelUpdateHooks = engine.RolloutHooks[KernelOutcome]
 
 
-class KernelChange:
+class KernelChange(engine.PlannedChange[KernelPlan, KernelOutcome]):
     """The kernel update as a change the rollout engine drives."""
 
-    kind = ChangeKind.KERNEL_UPDATE
-    journal_path = JOURNAL_PATH
-    playbook = PLAYBOOK
-    role = "gpu_kernel_update"
+    spec = engine.ChangeSpec(engine.ChangeKind.KERNEL_UPDATE, JOURNAL_PATH, PLAYBOOK, "gpu_kernel_update")
+    outcome_type = KernelOutcome
 
     def __init__(self, options: KernelUpdateOptions, inventory: str | Path, audit_options: AuditOptions) -> None:
         self.options = options
@@ -213,19 +182,10 @@ class KernelChange:
              blocks: Mapping[str, str], run_id: str) -> tuple[KernelPlan, ...]:
         return plan_fleet(before, hosts, self.options, self.audit_options, cordon, blocks)
 
-    def host_of(self, item: KernelPlan) -> str:
-        return item.host
+    def unchanged(self, item: KernelPlan) -> engine.Verdict:
+        return engine.Verdict.UNCHANGED if item.action == "none" else engine.Verdict.LEFT_ALONE
 
-    def changes(self, item: KernelPlan) -> bool:
-        return item.changes_host
-
-    def unchanged(self, item: KernelPlan) -> Verdict:
-        return Verdict.UNCHANGED if item.action == "none" else Verdict.LEFT_ALONE
-
-    def reason(self, item: KernelPlan) -> str:
-        return item.blocked or item.reason
-
-    def apply(self, batch: Sequence[KernelPlan], run_id: str) -> Applied:
+    def apply(self, batch: Sequence[KernelPlan], run_id: str) -> engine.Applied:
         extravars = _settings(self.options, run_id, lease_held=True)
         extravars["gpu_kernel_update_operation"] = "update"
         extravars["gpu_kernel_update_planned"] = {p.host: p.target_kernel for p in batch}
@@ -234,38 +194,25 @@ class KernelChange:
         extravars["kernel_update_max_fail_percentage"] = 100  # the engine counts failures itself
         result = run_playbook(PLAYBOOK, self.inventory, limit=[p.host for p in batch], extravars=extravars,
                               job_timeout=self.options.batch_timeout)
-        return Applied({p.host: result for p in batch})
+        return engine.Applied({p.host: result for p in batch})
 
-    def judge(self, item: KernelPlan, after: HostAudit, journal: Journal | None) -> tuple[Verdict, str, str]:
+    def judge(self, item: KernelPlan, after: HostAudit, journal: Journal | None) -> tuple[engine.Verdict, str, str]:
         if not self.options.allow_reboot:
-            return Verdict.PENDING, "", (
+            return engine.Verdict.PENDING, "", (
                 f"{item.target_kernel} installed, gate 1 passed, held; the host still boots {item.booted_kernel} "
                 "(pass --allow-reboot to move it)")
         ok, why = _gate2(item, after)
-        return (Verdict.DONE, "", why) if ok else (Verdict.FAILED, f"gate 2: {why}", why)
+        return (engine.Verdict.DONE, "", why) if ok else (engine.Verdict.FAILED, f"gate 2: {why}", why)
 
     def undo(self, hosts: Sequence[str], run_id: str) -> PlaybookResult:
         return undo_hosts(hosts, self.inventory, _settings(self.options, run_id, lease_held=True))
 
-    def outcome(self, o: Outcome[KernelPlan]) -> KernelOutcome:
-        return KernelOutcome(o.host, o.item, KernelStatus.of(o.verdict), o.where, o.detail, o.changed, o.undone,
-                             o.undo_error)
-
 
 def kernel_update(
-    hosts: Sequence[Host],
-    inventory: str | Path,
-    audit_options: AuditOptions,
-    options: KernelUpdateOptions,
-    *,
-    fleet: str = "gpu",
-    confirm: Callable[[tuple[KernelPlan, ...]], bool] | None = None,
-    show_plan: Callable[[tuple[KernelPlan, ...]], None] | None = None,
-    hooks: KernelUpdateHooks | None = None,
-    lease_hosts: Sequence[Host] | None = None,
+    hosts: Sequence[Host], inventory: str | Path, audit_options: AuditOptions, options: KernelUpdateOptions,
+    **controls: Unpack[engine.RolloutControls[KernelPlan, KernelOutcome]],
 ) -> KernelUpdateResult:
     """Update ``hosts`` (see the module docstring)."""
     options = options.validate()
-    return run_rollout(KernelChange(options, inventory, audit_options), hosts, inventory, audit_options,
-                       options.rollout(), options, fleet=fleet, confirm=confirm, show_plan=show_plan, hooks=hooks,
-                       lease_hosts=lease_hosts)
+    change = KernelChange(options, inventory, audit_options)
+    return engine.run_rollout(change, hosts, inventory, audit_options, options.rollout(), options, **controls)

@@ -14,36 +14,24 @@ undone (grouped by method), and how a host is judged after the gate audit.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from enum import StrEnum
 from pathlib import Path
-from typing import Any
+from typing import Any, Unpack
 
 from remediation.core.errors import RunnerError
 from remediation.host.audit import AuditOptions, AuditResult, HostAudit
 from remediation.restore.errors import RestoreError
 from remediation.restore.methods import PLAYBOOK, AptMethod, RestoreMethod, method_for
 from remediation.restore.rules import MODULE_SOURCES, Action, Decision, Prefer
-from remediation.rollout.engine import (
-    Applied,
-    ChangeKind,
-    Outcome,
-    Rollout,
-    RolloutHooks,
-    RolloutSettings,
-    Verdict,
-    host_audit,
-    read_journals,
-    run_rollout,
-)
+from remediation.rollout import engine
 from remediation.rollout.journal import JOURNAL_PATH, Journal
-from remediation.rollout.lock import DEFAULT_TTL_S
 from remediation.transport.inventory import Host
 from remediation.transport.runner import PlaybookResult
 
 __all__ = ["HostOutcome", "HostStatus", "RestoreChange", "RestoreHooks", "RestoreOptions", "RestoreResult",
-           "driver_restore", "host_audit", "plan_restore", "undo_run"]
+           "driver_restore", "plan_restore", "undo_run"]
 
 
 class HostStatus(StrEnum):
@@ -55,48 +43,29 @@ class HostStatus(StrEnum):
     NOT_STARTED = "not-started"  # after the run stopped
     PLANNED = "planned"  # dry run / not confirmed
 
-    @classmethod
-    def of(cls, verdict: Verdict) -> HostStatus:
-        return _STATUS[verdict]
 
-
-_STATUS = {Verdict.DONE: HostStatus.RESTORED, Verdict.PENDING: HostStatus.REBOOT_REQUIRED,
-           Verdict.FAILED: HostStatus.FAILED, Verdict.UNCHANGED: HostStatus.HEALTHY,
-           Verdict.LEFT_ALONE: HostStatus.LEFT_ALONE, Verdict.NOT_STARTED: HostStatus.NOT_STARTED,
-           Verdict.PLANNED: HostStatus.PLANNED}
+_STATUS = {
+    engine.Verdict.DONE: HostStatus.RESTORED,
+    engine.Verdict.PENDING: HostStatus.REBOOT_REQUIRED,
+    engine.Verdict.FAILED: HostStatus.FAILED,
+    engine.Verdict.UNCHANGED: HostStatus.HEALTHY,
+    engine.Verdict.LEFT_ALONE: HostStatus.LEFT_ALONE,
+    engine.Verdict.NOT_STARTED: HostStatus.NOT_STARTED,
+    engine.Verdict.PLANNED: HostStatus.PLANNED,
+}
 
 
 @dataclass(frozen=True)
-class RestoreOptions:
+class RestoreOptions(engine.RolloutOptions):
+    """The driver restore's options: the engine's (:class:`~remediation.rollout.engine.RolloutOptions`), the method
+    and which fix to prefer."""
+
     method: str = "auto"
     prefer: Prefer = Prefer.REBUILD
-    allow_reboot: bool = False
-    dry_run: bool = False
-    batch: int = 1
-    max_failures: int = 1
-    force: bool = False
-    reboot_timeout: int = 600
-    apt_lock_timeout: int = 60
-    state_dir: Path = Path(".audit")
-    lock_ttl_s: float = DEFAULT_TTL_S
-    playbook_timeout: int = 0  # seconds one batch's playbook may run; 0: reboot_timeout + 1200
-    module_source: str = "auto"  # auto | dkms | signed (rules.choose_module_source)
-
-    @property
-    def batch_timeout(self) -> int:
-        return self.playbook_timeout or self.reboot_timeout + 1200
-
-    def rollout(self) -> RolloutSettings:
-        return RolloutSettings(self.batch, self.max_failures, self.dry_run, self.state_dir, self.lock_ttl_s,
-                               self.batch_timeout)
 
     def validate(self) -> RestoreOptions:
-        if (bad := self.rollout().problem("driver_restore")) is not None:
+        if (bad := self.problem("driver_restore")) is not None:
             raise RestoreError(bad)
-        if self.reboot_timeout < 1:
-            raise RestoreError(f"--reboot-timeout {self.reboot_timeout} must be a positive number of seconds")
-        if self.playbook_timeout < 0:
-            raise RestoreError(f"driver_restore.playbook_timeout {self.playbook_timeout} must be 0 or more seconds")
         Prefer(self.prefer)
         if self.module_source not in MODULE_SOURCES:
             raise RestoreError(
@@ -106,19 +75,15 @@ class RestoreOptions:
 
 
 @dataclass(frozen=True)
-class HostOutcome:
-    host: str
-    decision: Decision
-    status: HostStatus
-    where: str | None = None  # failed: "apply: <task>" | "gate: <why>"; not-started: why
-    detail: str = ""
-    changed: tuple[str, ...] = ()  # what this run recorded in the host's journal
-    undone: tuple[str, ...] = ()
-    undo_error: str | None = None
+class HostOutcome(engine.HostResult[Decision, HostStatus]):
+    """One host at the end of a restore run: its decision and status (``where``: failed: "apply: <task>" |
+    "gate: <why>"; not-started: why; ``changed``: what this run recorded in the host's journal)."""
+
+    statuses = _STATUS
 
     @property
-    def ok(self) -> bool:
-        return self.status in (HostStatus.RESTORED, HostStatus.HEALTHY)
+    def decision(self) -> Decision:
+        return self.item
 
 
 def plan_restore(
@@ -169,17 +134,15 @@ def _settings(options: RestoreOptions, run_id: str, *, lease_held: bool = False)
     }
 
 
-RestoreResult = Rollout[RestoreOptions, Decision, HostOutcome]
-RestoreHooks = RolloutHooks[HostOutcome]
+RestoreResult = engine.Rollout[RestoreOptions, Decision, HostOutcome]
+RestoreHooks = engine.RolloutHooks[HostOutcome]
 
 
-class RestoreChange:
+class RestoreChange(engine.PlannedChange[Decision, HostOutcome]):
     """The driver restore as a change the rollout engine drives."""
 
-    kind = ChangeKind.DRIVER_RESTORE
-    journal_path = JOURNAL_PATH
-    playbook = PLAYBOOK
-    role = "nvidia_driver_restore"
+    spec = engine.ChangeSpec(engine.ChangeKind.DRIVER_RESTORE, JOURNAL_PATH, PLAYBOOK, "nvidia_driver_restore")
+    outcome_type = HostOutcome
 
     def __init__(self, options: RestoreOptions, inventory: str | Path) -> None:
         self.options = options
@@ -191,19 +154,12 @@ class RestoreChange:
         plan, self.methods = plan_restore(before, hosts, self.options, dict(cordon), blocks)
         return plan
 
-    def host_of(self, item: Decision) -> str:
-        return item.host
+    def unchanged(self, item: Decision) -> engine.Verdict:
+        if item.action is Action.NONE and item.blocked is None:
+            return engine.Verdict.UNCHANGED
+        return engine.Verdict.LEFT_ALONE
 
-    def changes(self, item: Decision) -> bool:
-        return item.changes_host
-
-    def unchanged(self, item: Decision) -> Verdict:
-        return Verdict.UNCHANGED if item.action is Action.NONE and item.blocked is None else Verdict.LEFT_ALONE
-
-    def reason(self, item: Decision) -> str:
-        return item.blocked or item.reason
-
-    def apply(self, batch: Sequence[Decision], run_id: str) -> Applied:
+    def apply(self, batch: Sequence[Decision], run_id: str) -> engine.Applied:
         """Each method on its hosts of the batch; a method run that does not finish fails its hosts, and Ctrl-C
         stops the batch there (hosts of a method not started yet are failed too: the engine undoes what they
         recorded, which is nothing)."""
@@ -218,21 +174,22 @@ class RestoreChange:
                 result = method.apply(decisions, self.inventory, _settings(self.options, run_id, lease_held=True))
             except KeyboardInterrupt:
                 why = "interrupted (Ctrl-C) while the batch was being applied"
-                return Applied(results, {d.host: why for d in batch if d.host not in results}, interrupted=True)
+                not_done = {d.host: why for d in batch if d.host not in results}
+                return engine.Applied(results, not_done, interrupted=True)
             except Exception as exc:  # a timeout, a crashed runner: a failure of these hosts, the other methods go on
                 why = str(exc) if isinstance(exc, RunnerError) else f"{type(exc).__name__}: {exc}"
                 broken.update((d.host, f"{method.name} did not finish: {why}") for d in decisions)
                 continue
             results.update((d.host, result) for d in decisions)
-        return Applied(results, broken)
+        return engine.Applied(results, broken)
 
-    def judge(self, item: Decision, after: HostAudit, journal: Journal | None) -> tuple[Verdict, str, str]:
+    def judge(self, item: Decision, after: HostAudit, journal: Journal | None) -> tuple[engine.Verdict, str, str]:
         if item.needs_reboot and not self.options.allow_reboot:
-            return Verdict.PENDING, "", "package work done; reboot required to finish (pass --allow-reboot)"
+            return engine.Verdict.PENDING, "", "package work done; reboot required to finish (pass --allow-reboot)"
         gate = self.methods[item.host].verify(item, after, journal)
         if gate.ok:
-            return Verdict.DONE, "", gate.detail
-        return Verdict.FAILED, f"gate: {gate.detail}", gate.detail
+            return engine.Verdict.DONE, "", gate.detail
+        return engine.Verdict.FAILED, f"gate: {gate.detail}", gate.detail
 
     def undo(self, hosts: Sequence[str], run_id: str) -> PlaybookResult:
         by_method: dict[str, list[str]] = {}
@@ -241,10 +198,6 @@ class RestoreChange:
         settings = _settings(self.options, run_id, lease_held=True)
         return _merge([self.methods[names[0]].undo(names, self.inventory, settings) for names in by_method.values()],
                       run_id)
-
-    def outcome(self, o: Outcome[Decision]) -> HostOutcome:
-        return HostOutcome(o.host, o.item, HostStatus.of(o.verdict), o.where, o.detail, o.changed, o.undone,
-                           o.undo_error)
 
 
 def _merge(results: Sequence[PlaybookResult], run_id: str) -> PlaybookResult:
@@ -258,22 +211,13 @@ def _merge(results: Sequence[PlaybookResult], run_id: str) -> PlaybookResult:
 
 
 def driver_restore(
-    hosts: Sequence[Host],
-    inventory: str | Path,
-    audit_options: AuditOptions,
-    options: RestoreOptions,
-    *,
-    fleet: str = "gpu",
-    confirm: Callable[[tuple[Decision, ...]], bool] | None = None,
-    show_plan: Callable[[tuple[Decision, ...]], None] | None = None,
-    hooks: RestoreHooks | None = None,
-    lease_hosts: Sequence[Host] | None = None,
+    hosts: Sequence[Host], inventory: str | Path, audit_options: AuditOptions, options: RestoreOptions,
+    **controls: Unpack[engine.RolloutControls[Decision, HostOutcome]],
 ) -> RestoreResult:
-    """Restore ``hosts`` (see the module docstring). ``lease_hosts``: the whole fleet, whose every reachable host
-    carries this run's lease while it runs (default: ``hosts``)."""
+    """Restore ``hosts`` (see the module docstring)."""
     options = options.validate()
-    return run_rollout(RestoreChange(options, inventory), hosts, inventory, audit_options, options.rollout(), options,
-                       fleet=fleet, confirm=confirm, show_plan=show_plan, hooks=hooks, lease_hosts=lease_hosts)
+    change = RestoreChange(options, inventory)
+    return engine.run_rollout(change, hosts, inventory, audit_options, options.rollout(), options, **controls)
 
 
 def undo_run(
@@ -291,7 +235,7 @@ def undo_run(
     options = options or RestoreOptions()
     from remediation.restore.methods import METHODS
 
-    journals = read_journals(hosts, JOURNAL_PATH, audit_options or AuditOptions())
+    journals = engine.read_journals(hosts, JOURNAL_PATH, audit_options or AuditOptions())
     by_method: dict[str, list[str]] = {}
     for h in hosts:
         journal = journals.get(h.name)

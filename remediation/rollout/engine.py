@@ -28,7 +28,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
 from pathlib import Path
-from typing import Any, Generic, Protocol, TypeVar
+from typing import Any, ClassVar, Generic, Protocol, TypedDict, TypeVar
 
 from remediation.core.errors import RunnerError
 from remediation.core.exitcodes import ExitCode
@@ -40,8 +40,9 @@ from remediation.transport.fanout import Status, fan_out
 from remediation.transport.inventory import Host
 from remediation.transport.runner import HostState, PlaybookResult
 
-__all__ = ["Applied", "Change", "ChangeKind", "Outcome", "Rollout", "RolloutHooks", "RolloutSettings", "StopReason",
-           "Verdict", "apply_failure", "new_run_id", "read_journals", "run_rollout"]
+__all__ = ["Applied", "Change", "ChangeKind", "ChangeSpec", "HostResult", "Outcome", "PlanItem", "PlannedChange",
+           "Rollout", "RolloutControls", "RolloutHooks", "RolloutOptions", "RolloutSettings", "StopReason", "Verdict",
+           "apply_failure", "new_run_id", "read_journals", "run_rollout"]
 
 
 class ChangeKind(StrEnum):
@@ -49,6 +50,16 @@ class ChangeKind(StrEnum):
 
     DRIVER_RESTORE = "driver-restore"
     KERNEL_UPDATE = "kernel-update"
+
+
+@dataclass(frozen=True)
+class ChangeSpec:
+    """What the engine needs to know of a kind of change besides its methods."""
+
+    kind: ChangeKind
+    journal_path: str  # where the role writes this change's journal on a host
+    playbook: str  # named in the line that tells how to finish or undo a blocked host
+    role: str
 
 
 class StopReason(StrEnum):
@@ -99,6 +110,61 @@ class RolloutSettings:
         return check_ttl(self.lock_ttl_s, f"{section}.lock_ttl_s")
 
 
+@dataclass(frozen=True)
+class RolloutOptions:
+    """The options every change's run shares (each adapter's options add their own); :meth:`rollout` is what the
+    engine takes from them."""
+
+    allow_reboot: bool = False
+    dry_run: bool = False
+    batch: int = 1
+    max_failures: int = 1
+    force: bool = False
+    reboot_timeout: int = 600
+    apt_lock_timeout: int = 60
+    state_dir: Path = Path(".audit")
+    lock_ttl_s: float = DEFAULT_TTL_S
+    playbook_timeout: int = 0  # seconds one batch's playbook may run; 0: reboots_per_batch x reboot_timeout + 1200
+    module_source: str = "auto"  # auto | dkms | signed
+
+    #: Reboots one batch may wait for (the default batch timeout counts them).
+    reboots_per_batch: ClassVar[int] = 1
+
+    @property
+    def batch_timeout(self) -> int:
+        return self.playbook_timeout or self.reboots_per_batch * self.reboot_timeout + 1200
+
+    def rollout(self) -> RolloutSettings:
+        return RolloutSettings(self.batch, self.max_failures, self.dry_run, self.state_dir, self.lock_ttl_s,
+                               self.batch_timeout)
+
+    def problem(self, section: str) -> str | None:
+        """Why these options cannot run (one line naming the input), or None; ``section``: the settings' section."""
+        if (bad := self.rollout().problem(section)) is not None:
+            return bad
+        if self.reboot_timeout < 1:
+            return f"--reboot-timeout {self.reboot_timeout} must be a positive number of seconds"
+        if self.playbook_timeout < 0:
+            return f"{section}.playbook_timeout {self.playbook_timeout} must be 0 or more seconds"
+        return None
+
+
+class PlanItem(Protocol):
+    """What the engine's adapters plan for one host (a restore decision, a kernel plan)."""
+
+    @property
+    def host(self) -> str: ...
+
+    @property
+    def blocked(self) -> str | None: ...
+
+    @property
+    def reason(self) -> str: ...
+
+    @property
+    def changes_host(self) -> bool: ...
+
+
 class _HasHost(Protocol):
     @property
     def host(self) -> str: ...
@@ -108,20 +174,42 @@ P = TypeVar("P")
 OutT = TypeVar("OutT", bound=_HasHost)
 OutT_co = TypeVar("OutT_co", bound=_HasHost, covariant=True)
 S = TypeVar("S")
+St = TypeVar("St")
+PI = TypeVar("PI", bound="PlanItem")
+OutR = TypeVar("OutR", bound="HostResult[Any, Any]")
 
 
 @dataclass(frozen=True)
-class Outcome(Generic[P]):
-    """One host at the end of a run, as the engine saw it (adapters turn it into their own outcome type)."""
+class HostResult(Generic[P, St]):
+    """One host at the end of a run: its plan item and a status (the engine's :class:`Verdict`, or an adapter's own
+    words for it)."""
 
     host: str
     item: P
-    verdict: Verdict
+    status: St
     where: str | None = None  # failed: "apply: <task>" | "gate: <why>"; not-started / left alone: why
     detail: str = ""
     changed: tuple[str, ...] = ()  # what this run recorded in the host's journal
     undone: tuple[str, ...] = ()
     undo_error: str | None = None
+
+    #: An adapter's outcome type: its status for each of the engine's verdicts.
+    statuses: ClassVar[Mapping[Verdict, Any]] = {}
+
+    @property
+    def ok(self) -> bool:
+        """Done, or nothing to do."""
+        return self.status in (self.statuses.get(Verdict.DONE, Verdict.DONE),
+                               self.statuses.get(Verdict.UNCHANGED, Verdict.UNCHANGED))
+
+
+@dataclass(frozen=True)
+class Outcome(HostResult[P, Verdict]):
+    """One host at the end of a run, as the engine saw it (adapters turn it into their own outcome type)."""
+
+    @property
+    def verdict(self) -> Verdict:
+        return self.status
 
 
 @dataclass(frozen=True)
@@ -136,10 +224,7 @@ class Applied:
 class Change(Protocol[P, OutT_co]):
     """One kind of fleet change, as the engine drives it."""
 
-    kind: ChangeKind
-    journal_path: str  # where the role writes this change's journal on a host
-    playbook: str  # named in the line that tells how to finish or undo a blocked host
-    role: str
+    spec: ChangeSpec
 
     def plan(self, before: AuditResult, hosts: Sequence[Host], cordon: Mapping[str, str | None],
              blocks: Mapping[str, str], run_id: str) -> tuple[P, ...]:
@@ -176,6 +261,38 @@ class RolloutHooks(Generic[OutT]):
     before_batch: Callable[[list[str]], None] | None = None
     after_batch: Callable[[list[str], list[OutT]], None] | None = None
     extra: dict[str, Any] = field(default_factory=dict)
+
+
+class RolloutControls(TypedDict, Generic[P, OutT], total=False):
+    """What a caller may pass to a change's entry (``driver_restore``, ``kernel_update``) besides its options."""
+
+    fleet: str
+    confirm: Callable[[tuple[P, ...]], bool] | None
+    show_plan: Callable[[tuple[P, ...]], None] | None
+    hooks: RolloutHooks[OutT] | None
+    lease_hosts: Sequence[Host] | None  # the whole fleet, whose every reachable host carries the run's lease
+
+
+class PlannedChange(Generic[PI, OutR]):
+    """What the adapters of :class:`Change` share: a plan item that names its host, whether it changes it and why
+    (:class:`PlanItem`), and an outcome type that is a :class:`HostResult` in the adapter's words (its
+    ``statuses``: the adapter's status for each :class:`Verdict`)."""
+
+    spec: ChangeSpec
+    outcome_type: type[OutR]
+
+    def host_of(self, item: PI) -> str:
+        return item.host
+
+    def changes(self, item: PI) -> bool:
+        return item.changes_host
+
+    def reason(self, item: PI) -> str:
+        return item.blocked or item.reason
+
+    def outcome(self, o: Outcome[PI]) -> OutR:
+        build = self.outcome_type
+        return build(o.host, o.item, build.statuses[o.verdict], o.where, o.detail, o.changed, o.undone, o.undo_error)
 
 
 @dataclass(frozen=True)
@@ -311,7 +428,7 @@ def _undo_failed(change: Change[P, OutT], failed: list[Outcome[P]], by_name: Map
     if not failed:
         return []
     hosts = [by_name[o.host] for o in failed]
-    journals = read_journals(hosts, change.journal_path, options)
+    journals = read_journals(hosts, change.spec.journal_path, options)
     reachable = {o.host for o in failed if journals.get(o.host) is not None or _reachable(by_name[o.host], options)}
     needs = [o.host for o in failed if o.host in reachable and (j := journals.get(o.host)) is not None
              and j.run_id == run_id and j.status != "undone"]
@@ -329,7 +446,7 @@ def _undo_failed(change: Change[P, OutT], failed: list[Outcome[P]], by_name: Map
                 u = result.hosts.get(h)
                 if u is None or u.state in (HostState.FAILED, HostState.UNREACHABLE):
                     errors[h] = "undo failed: " + ("; ".join(u.failures) if u else "no result from Ansible")
-        journals = read_journals(hosts, change.journal_path, options)
+        journals = read_journals(hosts, change.spec.journal_path, options)
     out = []
     for o in failed:
         j = journals.get(o.host)
@@ -338,7 +455,7 @@ def _undo_failed(change: Change[P, OutT], failed: list[Outcome[P]], by_name: Map
         if o.host not in reachable:
             error = "host unreachable: could not undo; the journal on the host lists this run's changes"
         if error is not None and mine is not None and mine.status != "undone":
-            error += f" (journal {change.journal_path} on the host: {mine.status}, {len(mine.changes)} change(s))"
+            error += f" (journal {change.spec.journal_path} on the host: {mine.status}, {len(mine.changes)} change(s))"
         out.append(Outcome(o.host, o.item, o.verdict, o.where, o.detail, o.changed,
                            mine.undone if mine is not None else (), error))
     return out
@@ -367,8 +484,9 @@ def run_rollout(
     before = run_audit(hosts, audit_options, fleet=fleet, inventory=str(inventory))
     probed = [h for h in hosts if before.host(h.name).probed]
     cordon = cordon_markers(probed, audit_options)
-    blocks = journal_blocks(probed, audit_options, inventory, path=change.journal_path, playbook=change.playbook,
-                            role=change.role)
+    spec = change.spec
+    blocks = journal_blocks(probed, audit_options, inventory, path=spec.journal_path, playbook=spec.playbook,
+                            role=spec.role)
     plan = change.plan(before, hosts, cordon, blocks, run_id)
     if show_plan is not None:
         show_plan(plan)
@@ -384,7 +502,7 @@ def run_rollout(
     def done(stopped: StopReason | None, detail: str = "", after: AuditResult | None = None,
              lock: LockInfo | None = None, leases: HostLeases | None = None) -> Rollout[S, P, OutT]:
         names = [change.host_of(p) for p in plan]
-        return Rollout(fleet, run_id, change.kind, options, before, plan, tuple(results[n] for n in names),
+        return Rollout(fleet, run_id, change.spec.kind, options, before, plan, tuple(results[n] for n in names),
                        {n: verdicts[n] for n in names}, after, stopped, detail, lock, time.monotonic() - t0, leases)
 
     for p in plan:
@@ -403,11 +521,11 @@ def run_rollout(
     stop_detail = ""
     planned = [change.host_of(p) for p in to_change]
     with (
-        fleet_lock(settings.state_dir, fleet, planned, ttl_s=settings.lock_ttl_s, change=change.kind) as lock,
+        fleet_lock(settings.state_dir, fleet, planned, ttl_s=settings.lock_ttl_s, change=change.spec.kind) as lock,
         host_leases(
             lease_hosts if lease_hosts is not None else hosts, run_id=run_id, fleet=fleet, planned=planned,
             ttl_s=settings.lock_ttl_s, connect_timeout=audit_options.connect_timeout,
-            concurrency=audit_options.concurrency, change=change.kind,
+            concurrency=audit_options.concurrency, change=change.spec.kind,
         ) as leases,
     ):
         for p in to_change:
@@ -431,7 +549,7 @@ def run_rollout(
                 hooks.before_batch(names)
             applied = _apply_guarded(change, batch, run_id)
             gate = run_audit([by_name[n] for n in names], audit_options, fleet=fleet, inventory=str(inventory))
-            journals = read_journals([by_name[n] for n in names], change.journal_path, audit_options)
+            journals = read_journals([by_name[n] for n in names], change.spec.journal_path, audit_options)
             batch_out: list[Outcome[P]] = []
             for p in batch:
                 host = change.host_of(p)
