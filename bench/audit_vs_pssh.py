@@ -25,8 +25,8 @@ sys.path.insert(0, str(ROOT))
 from lab.config import LabConfig, test_prefix  # noqa: E402
 from lab.control import Lab  # noqa: E402
 from remediation.audit import AuditOptions, probe_command, run_audit  # noqa: E402
+from remediation.hostside import bundle  # noqa: E402
 from remediation.inventory import load  # noqa: E402
-from remediation.probe import bundle  # noqa: E402
 
 
 def pss_per_host(lab: Lab, hosts: int) -> float:

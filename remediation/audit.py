@@ -20,8 +20,8 @@ from .exitcodes import ExitCode
 from .facts import HostFacts, facts_from_dict
 from .fanout import FanoutResult, HostRun, Status, fan_out
 from .findings import Finding, Severity
+from .hostside import bundle
 from .inventory import Host
-from .probe import bundle
 
 
 @dataclass(frozen=True)

@@ -4,7 +4,7 @@ A kernel release is ``<version>-<abi>-<flavour>`` (``6.5.0-1025-azure``, ``6.5.0
 rule follows the BOOTED kernel's flavour: Azure VMs run ``azure`` kernels pulled in by ``linux-azure`` /
 ``linux-image-azure`` / ``linux-headers-azure``; the signed precompiled NVIDIA modules come as
 ``linux-modules-nvidia-<branch>-<release>`` with the meta-package ``linux-modules-nvidia-<branch>-<flavour>``.
-The probe has the same :func:`flavour_of` (``remediation/probe/gpuprobe.py: kernel_flavour``), for the host side.
+The probe has the same :func:`flavour_of` (``remediation/hostside/gpuprobe.py: kernel_flavour``), for the host side.
 
 A driver branch is Ubuntu's whole suffix, never only its number: ``535``, ``535-server`` (the datacenter branch
 ``ubuntu-drivers list --gpgpu`` picks), ``535-open`` (open kernel modules), ``535-server-open``. Every package name

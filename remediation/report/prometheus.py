@@ -36,7 +36,7 @@ Metrics (gauges unless marked counter; ``host`` is the inventory name, ``gpu`` t
     gpufleet_audit_timestamp_seconds                            audit start, Unix time (fleet only)
     gpufleet_audit_duration_seconds                             audit wall time (fleet only)
 
-The metrics the probe's own timer writes (``remediation/probe/gpuprobe.py``, ``PROM_METRICS``) carry the same
+The metrics the probe's own timer writes (``remediation/hostside/gpuprobe.py``, ``PROM_METRICS``) carry the same
 name, type, HELP and labels here; ``tests/unit/test_report_prometheus.py`` holds the two producers to that.
 
 A value that is not known (a GPU without a temperature sensor, NVML down) is left out, never written as 0.
@@ -65,7 +65,7 @@ if TYPE_CHECKING:
 __all__ = ["METRICS", "escape_help", "escape_label_value", "render_host_prometheus", "render_prometheus"]
 
 # name -> (type, help); the output follows this order. The metrics the probe's timer writes on the host
-# (remediation/probe/gpuprobe.py PROM_METRICS) have the same type, HELP text and labels here: node_exporter
+# (remediation/hostside/gpuprobe.py PROM_METRICS) have the same type, HELP text and labels here: node_exporter
 # rejects one metric with two HELP texts, and dashboards must not care which producer wrote a sample.
 METRICS: dict[str, tuple[str, str]] = {
     "gpufleet_audit_host_up": ("gauge", "1 when the audit probed the host, 0 when it could not."),

@@ -1,7 +1,7 @@
 """``invoke train.monitor``: GPU memory and utilization of one host, sampled through NVML, to CSV.
 
-The sampler (:mod:`remediation.train.sampler`, stdlib + pynvml) travels the way the audit's probe does, bundled by
-the probe's own :func:`remediation.probe.bundle_program`: one Python program on the SSH session's stdin, with the
+The sampler (:mod:`remediation.hostside.sampler`, stdlib + pynvml) travels the way the audit's probe does, bundled by
+:func:`remediation.hostside.bundle_program`: one Python program on the SSH session's stdin, with the
 controller's ``pynvml.py`` inside, used only where the host has none; the SSH session is
 :func:`remediation.fanout.run_one` (host keys verified, connect and command timeouts). A long run is cut into chunks
 of about ``chunk_seconds``: each chunk is one SSH round trip whose rows are appended to the CSV as soon as it ends,
@@ -16,19 +16,17 @@ import io
 import shlex
 from collections.abc import Callable
 from dataclasses import dataclass
-from pathlib import Path
 from typing import TextIO
 
 from remediation.errors import InventoryError
 from remediation.fanout import HostRun, Status, run_one
+from remediation.hostside import SAMPLER_PATH, bundle_program
 from remediation.inventory import Host, label
-from remediation.probe import bundle_program
 from remediation.sshopts import hostname_problem
 from remediation.train.errors import TrainError
 
 __all__ = ["FIELDS", "MonitorResult", "Sample", "bundle", "check_host_name", "monitor", "parse_csv", "remote_command"]
 
-SAMPLER_PATH = Path(__file__).with_name("sampler.py")
 # The CSV columns, as the sampler writes them (it runs on hosts alone, so it keeps its own copy; the lab tests
 # compare the header it writes with this).
 FIELDS = (

@@ -7,8 +7,8 @@ import pynvml
 import pytest
 
 from remediation.diagnose import diagnose
+from remediation.hostside import gpuprobe
 from remediation.parsers import detect_kind, nvml_errors, nvml_text
-from remediation.probe import gpuprobe
 
 ERRORS = nvml_errors.NVML_ERRORS
 CLASS_FINDING = {

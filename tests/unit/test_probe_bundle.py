@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from remediation.probe import bundle, probe_source, pynvml_source
+from remediation.hostside import bundle, probe_source, pynvml_source
 
 SYSTEM_PYTHON = shutil.which("python3", path="/usr/bin:/bin") or "python3"
 

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-PROBE_DIR = Path(__file__).resolve().parents[2] / "remediation" / "probe"
+PROBE_DIR = Path(__file__).resolve().parents[2] / "remediation" / "hostside"
 sys.path.insert(0, str(PROBE_DIR))
 import gpuprobe  # noqa: E402
 

@@ -18,7 +18,7 @@ import pytest
 from prometheus_client import parser as prometheus_parser
 
 ROOT = Path(__file__).resolve().parents[2]
-PROBE_DIR = ROOT / "remediation" / "probe"
+PROBE_DIR = ROOT / "remediation" / "hostside"
 PROBE = PROBE_DIR / "gpuprobe.py"
 FIXTURES = ROOT / "tests" / "fixtures" / "facts"
 sys.path.insert(0, str(PROBE_DIR))

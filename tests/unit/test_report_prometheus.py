@@ -18,7 +18,7 @@ from test_report_common import DOWN_HOST, FACTS, S1_HOST, THERMAL_HOST, build_re
 from remediation.facts import facts_from_dict
 from remediation.report.prometheus import METRICS, escape_label_value, render_host_prometheus, render_prometheus
 
-PROBE = Path(__file__).resolve().parents[2] / "remediation" / "probe" / "gpuprobe.py"
+PROBE = Path(__file__).resolve().parents[2] / "remediation" / "hostside" / "gpuprobe.py"
 
 
 def samples(text: str) -> list[Sample]:
@@ -150,7 +150,7 @@ def test_host_textfile_uses_the_same_names() -> None:
 
 
 def load_probe() -> ModuleType:
-    """remediation/probe/gpuprobe.py, the script the on-host timer runs (not a package module)."""
+    """remediation/hostside/gpuprobe.py, the script the on-host timer runs (not a package module)."""
     spec = importlib.util.spec_from_file_location("gpuprobe_for_report_tests", PROBE)
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
