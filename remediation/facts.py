@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from remediation.errors import ProbeError
-from remediation.kernelflavour import flavour_of
+from remediation.hostside.gpuprobe import kernel_flavour as flavour_of
 from remediation.parsers import apt_history as _apt_history
 from remediation.parsers import dkms as _dkms
 from remediation.parsers import kernel_log as _kernel_log

@@ -725,14 +725,16 @@ def collect_system(options):
     }
 
 
-_RELEASE_RE = re.compile(r"^(?P<version>\d+\.\d+(?:\.\d+)?)-(?P<abi>\d+)(?:-(?P<flavour>[a-z][a-z0-9.+-]*))?$")
+# A kernel release, uname -r: <version>-<abi>[-<flavour>]. The controller parses releases with this same pattern
+# (remediation.kernelflavour.parse_release) and takes the flavour with kernel_flavour below.
+KERNEL_RELEASE_RE = re.compile(r"^(?P<version>\d+\.\d+(?:\.\d+)?)-(?P<abi>\d+)(?:-(?P<flavour>[a-z][a-z0-9.+-]*))?$")
 
 
 def kernel_flavour(release):
     # type: (Optional[str]) -> Optional[str]
     """The flavour of a kernel release, as Ubuntu names its meta-packages: ``6.5.0-1025-azure`` -> ``azure``,
     ``6.5.0-45-generic`` -> ``generic``, ``6.1.0-18-cloud-amd64`` -> ``cloud-amd64``; None when there is none."""
-    match = _RELEASE_RE.match(release or "")
+    match = KERNEL_RELEASE_RE.match(release or "")
     return match.group("flavour") if match else None
 
 
