@@ -176,6 +176,16 @@ def test_same_metrics_as_the_probe_timer(fixture: str) -> None:
         assert mine == probe_side, name
 
 
+def test_the_probes_metrics_are_defined_once() -> None:
+    """Every metric the probe's timer writes is in METRICS with the probe's own type and HELP (PROM_METRICS), in the
+    probe's order."""
+    probe = load_probe()
+    probe_names = [name for name, _, _ in probe.PROM_METRICS]
+    assert [name for name in METRICS if name in probe_names] == probe_names
+    for name, kind, help_text in probe.PROM_METRICS:
+        assert METRICS[name] == (kind, help_text), name
+
+
 def test_label_escaping() -> None:
     assert escape_label_value('a"b\\c\nd') == 'a\\"b\\\\c\\nd'
 
