@@ -21,24 +21,13 @@ from typing import TextIO
 from remediation.errors import InventoryError
 from remediation.fanout import HostRun, Status, run_one
 from remediation.hostside import SAMPLER_PATH, bundle_program
+from remediation.hostside.sampler import FIELDS  # the CSV columns, as the sampler writes them
 from remediation.inventory import Host, label
 from remediation.sshopts import hostname_problem
 from remediation.train.errors import TrainError
 
 __all__ = ["FIELDS", "MonitorResult", "Sample", "bundle", "check_host_name", "monitor", "parse_csv", "remote_command"]
 
-# The CSV columns, as the sampler writes them (it runs on hosts alone, so it keeps its own copy; the lab tests
-# compare the header it writes with this).
-FIELDS = (
-    "timestamp",
-    "host",
-    "gpu",
-    "memory_used_mib",
-    "memory_free_mib",
-    "memory_total_mib",
-    "utilization_gpu_pct",
-    "error",
-)
 
 def remote_command(host_label: str, interval: float, count: int, align: float | None) -> str:
     """The sampler's command line on the host, every argument one shell word (``shlex.join``)."""
