@@ -25,7 +25,7 @@ sys.path.insert(0, str(ROOT))
 from lab.config import LabConfig, test_prefix  # noqa: E402
 from lab.control import Lab  # noqa: E402
 from remediation.host.audit import AuditOptions, probe_command, run_audit  # noqa: E402
-from remediation.probe import bundle  # noqa: E402
+from remediation.hostside import bundle  # noqa: E402
 from remediation.transport.inventory import load  # noqa: E402
 
 

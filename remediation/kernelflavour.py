@@ -4,7 +4,8 @@ A kernel release is ``<version>-<abi>-<flavour>`` (``6.5.0-1025-azure``, ``6.5.0
 rule follows the BOOTED kernel's flavour: Azure VMs run ``azure`` kernels pulled in by ``linux-azure`` /
 ``linux-image-azure`` / ``linux-headers-azure``; the signed precompiled NVIDIA modules come as
 ``linux-modules-nvidia-<branch>-<release>`` with the meta-package ``linux-modules-nvidia-<branch>-<flavour>``.
-The probe has the same :func:`flavour_of` (``remediation/probe/gpuprobe.py: kernel_flavour``), for the host side.
+A release is parsed with the probe's own pattern (``remediation/hostside/gpuprobe.py``: ``KERNEL_RELEASE_RE``), and a
+release's flavour is the probe's ``kernel_flavour``: one definition for the host and the controller.
 
 A driver branch is Ubuntu's whole suffix, never only its number: ``535``, ``535-server`` (the datacenter branch
 ``ubuntu-drivers list --gpgpu`` picks), ``535-open`` (open kernel modules), ``535-server-open``. Every package name
@@ -20,13 +21,14 @@ import re
 from collections.abc import Iterable
 from dataclasses import dataclass
 
+from remediation.hostside.gpuprobe import KERNEL_RELEASE_RE
+
 __all__ = [
     "KernelRelease",
     "branch_number",
     "common_branch",
     "driver_install_packages",
     "flavour_metas",
-    "flavour_of",
     "is_branch",
     "is_flavour_meta",
     "kernel_common_package",
@@ -37,8 +39,6 @@ __all__ = [
 ]
 
 _BRANCH = re.compile(r"^(?P<number>[0-9]+)(?P<server>-server)?(?P<open>-open)?$")
-
-_RELEASE = re.compile(r"^(?P<version>\d+\.\d+(?:\.\d+)?)-(?P<abi>\d+)(?:-(?P<flavour>[a-z][a-z0-9.+-]*))?$")
 
 
 @dataclass(frozen=True)
@@ -56,16 +56,10 @@ class KernelRelease:
 
 def parse_release(release: str | None) -> KernelRelease | None:
     """The parts of a ``uname -r`` release, or None when it does not look like ``X.Y.Z-ABI[-flavour]``."""
-    match = _RELEASE.match(release or "")
+    match = KERNEL_RELEASE_RE.match(release or "")
     if not match:
         return None
     return KernelRelease(str(release), match.group("version"), int(match.group("abi")), match.group("flavour"))
-
-
-def flavour_of(release: str | None) -> str | None:
-    """``6.5.0-1025-azure`` -> ``azure``; None when the release names no flavour."""
-    parsed = parse_release(release)
-    return parsed.flavour if parsed else None
 
 
 def meta_pattern(flavour: str) -> str:

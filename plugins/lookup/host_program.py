@@ -15,15 +15,15 @@ short_description: Path of a host-side program of the gpu-fleet-remediation Pyth
 version_added: "0.1.0"
 description:
   - Returns the path, on the controller, of a program of the installed Python package C(gpu-fleet-remediation)
-    that the roles copy to GPU hosts; the same file the SSH fan-out of C(invoke audit) and C(invoke train.monitor)
-    sends over SSH.
+    that the roles copy to GPU hosts (the host programs are the modules of its package C(remediation.hostside));
+    the same file the SSH fan-out of C(invoke audit), C(invoke train.monitor) and the rollout leases sends over SSH.
   - The package is found in the Python that runs Ansible; without it the lookup fails naming the package.
 options:
   _terms:
     description:
-      - Program names. C(gpuprobe) is the host probe (C(remediation/probe/gpuprobe.py)); C(gpumemlog) is the GPU
-        memory sampler (C(remediation/train/sampler.py)); C(rolloutlease) is the host lease program
-        (C(remediation/rollout/hostlease.py)).
+      - Program names. C(gpuprobe) is the host probe (C(remediation/hostside/gpuprobe.py)); C(gpumemlog) is the GPU
+        memory sampler (C(remediation/hostside/sampler.py)); C(rolloutlease) is the host lease program
+        (C(remediation/hostside/hostlease.py)).
     type: list
     elements: str
     required: true
@@ -56,9 +56,9 @@ from ansible.plugins.lookup import LookupBase  # noqa: E402
 # name -> (package, file in that package); the package is located without being imported (find_spec imports only
 # its parents), so the lookup stays cheap.
 PROGRAMS = {
-    "gpuprobe": ("remediation.probe", "gpuprobe.py"),
-    "gpumemlog": ("remediation.train", "sampler.py"),
-    "rolloutlease": ("remediation.rollout", "hostlease.py"),
+    "gpuprobe": ("remediation.hostside", "gpuprobe.py"),
+    "gpumemlog": ("remediation.hostside", "sampler.py"),
+    "rolloutlease": ("remediation.hostside", "hostlease.py"),
 }
 
 

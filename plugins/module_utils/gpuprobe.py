@@ -1,1 +1,1 @@
-../../remediation/probe/gpuprobe.py
+../../remediation/hostside/gpuprobe.py

@@ -3,7 +3,7 @@
 """Ansible module: the GPU host probe's facts document as ``ansible_facts.gpufleet``.
 
 The probe is ``plugins/module_utils/gpuprobe.py`` of the collection, a symbolic link to
-``remediation/probe/gpuprobe.py``: one implementation for the SSH probe, the timer and this module (ansible-galaxy
+``remediation/hostside/gpuprobe.py``: one implementation for the SSH probe, the timer and this module (ansible-galaxy
 keeps a link inside the collection as a link, so the installed collection has the same single file).  It runs on
 the target: keep it Python 3.8 compatible, standard library only.
 """

@@ -25,7 +25,7 @@ from remediation.core.parsers import nvml_text as _nvml_text
 from remediation.core.parsers.apt_history import AptHistory, AptTransaction
 from remediation.core.parsers.dkms import Dkms
 from remediation.core.parsers.kernel_log import KernelLog
-from remediation.kernelflavour import flavour_of
+from remediation.hostside.gpuprobe import kernel_flavour as flavour_of
 
 __all__ = [
     "SCHEMA_MAJOR",

@@ -19,7 +19,7 @@ from remediation.core.errors import ProbeError
 from remediation.core.exitcodes import ExitCode
 from remediation.core.facts import HostFacts, facts_from_dict
 from remediation.core.findings import Finding, Severity
-from remediation.probe import bundle
+from remediation.hostside import bundle
 from remediation.transport.fanout import FanoutResult, HostRun, Status, fan_out
 from remediation.transport.inventory import Host
 

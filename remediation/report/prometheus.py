@@ -36,8 +36,11 @@ Metrics (gauges unless marked counter; ``host`` is the inventory name, ``gpu`` t
     gpufleet_audit_timestamp_seconds                            audit start, Unix time (fleet only)
     gpufleet_audit_duration_seconds                             audit wall time (fleet only)
 
-The metrics the probe's own timer writes (``remediation/probe/gpuprobe.py``, ``PROM_METRICS``) carry the same
-name, type, HELP and labels here; ``tests/unit/test_report_prometheus.py`` holds the two producers to that.
+The metrics the probe's own timer writes are defined once, in the probe (``remediation/hostside/gpuprobe.py``,
+``PROM_METRICS``: name, type, HELP): :data:`METRICS` takes them from there, and both producers write their families
+with the probe's ``render_families`` (escaping, number format). The samples are computed on each side, here from the
+typed facts the checks read, there from the raw document; ``tests/unit/test_report_prometheus.py`` holds their
+labels and values to be the same.
 
 A value that is not known (a GPU without a temperature sensor, NVML down) is left out, never written as 0.
 Label values are escaped as the format requires (``\\`` ``"`` and newline); no sample carries a timestamp
@@ -56,6 +59,13 @@ from typing import TYPE_CHECKING
 
 from remediation.core.facts import HostFacts
 from remediation.core.findings import Finding
+from remediation.hostside.gpuprobe import (
+    PROM_METRICS,
+    prom_escape_help,
+    prom_escape_label,
+    prom_number,
+    render_families,
+)
 from remediation.report import hostview
 from remediation.transport.fanout import Status
 
@@ -64,34 +74,41 @@ if TYPE_CHECKING:
 
 __all__ = ["METRICS", "escape_help", "escape_label_value", "render_host_prometheus", "render_prometheus"]
 
-# name -> (type, help); the output follows this order. The metrics the probe's timer writes on the host
-# (remediation/probe/gpuprobe.py PROM_METRICS) have the same type, HELP text and labels here: node_exporter
-# rejects one metric with two HELP texts, and dashboards must not care which producer wrote a sample.
+_PROBE_METRICS = {name: (kind, help_text) for name, kind, help_text in PROM_METRICS}
+
+
+def _probe(*names: str) -> dict[str, tuple[str, str]]:
+    """The probe's own definitions of these metrics (type, HELP)."""
+    return {name: _PROBE_METRICS[name] for name in names}
+
+
+# name -> (type, help); the output follows this order. The metrics the probe's timer writes on the host are the
+# probe's definitions (one type and HELP text: node_exporter rejects one metric with two HELP texts, and dashboards
+# must not care which producer wrote a sample); the others only the controller writes.
 METRICS: dict[str, tuple[str, str]] = {
     "gpufleet_audit_host_up": ("gauge", "1 when the audit probed the host, 0 when it could not."),
     "gpufleet_audit_host_status": ("gauge", "The probe run's status: 1 for the current status, 0 for the others."),
-    "gpufleet_nvml_ok": ("gauge", "1 when NVML initialised and every GPU answered, else 0."),
-    "gpufleet_nvml_error": ("gauge", "1 for the NVML error class of a host whose NVML check failed."),
-    "gpufleet_gpu_count": ("gauge", "GPUs NVML reports (nvmlDeviceGetCount)."),
+    **_probe("gpufleet_nvml_ok", "gpufleet_nvml_error", "gpufleet_gpu_count"),
     "gpufleet_gpu_expected_count": ("gauge", "GPUs the host should have (inventory or VM size)."),
     "gpufleet_gpu_ok": ("gauge", "1 for a GPU NVML can talk to, 0 for a lost GPU or one without a handle."),
-    "gpufleet_gpu_temperature_celsius": ("gauge", "GPU core temperature."),
-    "gpufleet_gpu_memory_used_bytes": ("gauge", "GPU memory in use (includes the driver's reservation)."),
-    "gpufleet_gpu_memory_total_bytes": ("gauge", "GPU memory in total."),
-    "gpufleet_gpu_clocks_event_reasons": ("gauge", "Bit mask of active clock event (throttle) reasons."),
-    "gpufleet_gpu_ecc_uncorrected_volatile_total": ("counter", "Uncorrected ECC errors since the driver loaded."),
-    "gpufleet_gpu_remap_pending": ("gauge", "1 when a row remap (or page retirement) waits for a GPU reset."),
-    "gpufleet_kernel_held": ("gauge", "1 when the booted kernel's image package is on hold in dpkg."),
-    "gpufleet_driver_info": ("gauge", "NVIDIA driver version (NVML's, else the driver package's); value 1."),
-    "gpufleet_kernel_nvidia_module": ("gauge", "1 when that installed kernel has an NVIDIA module, else 0."),
-    "gpufleet_unattended_upgrades_enabled": ("gauge", "1 when unattended-upgrades is installed and enabled."),
-    "gpufleet_reboot_required": ("gauge", "1 when /run/reboot-required exists."),
+    **_probe(
+        "gpufleet_gpu_temperature_celsius",
+        "gpufleet_gpu_memory_used_bytes",
+        "gpufleet_gpu_memory_total_bytes",
+        "gpufleet_gpu_clocks_event_reasons",
+        "gpufleet_gpu_ecc_uncorrected_volatile_total",
+        "gpufleet_gpu_remap_pending",
+        "gpufleet_kernel_held",
+        "gpufleet_driver_info",
+        "gpufleet_kernel_nvidia_module",
+        "gpufleet_unattended_upgrades_enabled",
+        "gpufleet_reboot_required",
+    ),
     "gpufleet_finding": ("gauge", "Findings of the audit by host, ID, severity and scenario (a count, usually 1)."),
     "gpufleet_audit_findings": ("gauge", "Findings of the whole audit by severity."),
     "gpufleet_audit_timestamp_seconds": ("gauge", "When the audit started, Unix time."),
     "gpufleet_audit_duration_seconds": ("gauge", "How long the audit took, seconds."),
-    "gpufleet_probe_timestamp_seconds": ("gauge", "Unix time when the probe started collecting."),
-    "gpufleet_probe_duration_seconds": ("gauge", "Wall time of the whole collection."),
+    **_probe("gpufleet_probe_timestamp_seconds", "gpufleet_probe_duration_seconds"),
 }
 
 Labels = tuple[tuple[str, str], ...]
@@ -99,28 +116,29 @@ Labels = tuple[tuple[str, str], ...]
 _SURROGATE = re.compile("[\ud800-\udfff]")
 
 
+def _no_surrogates(value: str) -> str:
+    """Lone surrogates, which no UTF-8 file can hold, become U+FFFD."""
+    return _SURROGATE.sub("\ufffd", value)
+
+
 def escape_label_value(value: str) -> str:
-    """Label value escaping of the text format: backslash, double quote and line feed (lone surrogates, which
-    no UTF-8 file can hold, become U+FFFD)."""
-    value = _SURROGATE.sub("\ufffd", value)
-    return value.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
+    """Label value escaping of the text format: backslash, double quote and line feed (the probe's
+    ``prom_escape_label``; lone surrogates become U+FFFD)."""
+    return prom_escape_label(_no_surrogates(value))
 
 
 def escape_help(text: str) -> str:
-    """HELP text escaping of the text format: backslash and line feed."""
-    return text.replace("\\", "\\\\").replace("\n", "\\n")
+    """HELP text escaping of the text format: backslash and line feed (the probe's ``prom_escape_help``)."""
+    return prom_escape_help(text)
 
 
 def _number(value: float) -> str:
-    if isinstance(value, bool):
-        return "1" if value else "0"
-    if isinstance(value, int):
-        return str(value)
-    if math.isnan(value):
+    """The probe's number format (``prom_number``), with the text format's NaN, +Inf and -Inf."""
+    if isinstance(value, float) and math.isnan(value):
         return "NaN"
-    if math.isinf(value):
+    if isinstance(value, float) and math.isinf(value):
         return "+Inf" if value > 0 else "-Inf"
-    return repr(float(value))
+    return prom_number(value)
 
 
 @dataclass
@@ -139,17 +157,13 @@ class _Exposition:
         family.setdefault(key, value)  # a duplicate label set would be rejected by node_exporter: first wins
 
     def render(self) -> str:
-        out: list[str] = []
-        for name, (kind, help_text) in METRICS.items():
-            family = self.samples.get(name)
-            if not family:
-                continue
-            out.append(f"# HELP {name} {escape_help(help_text)}")
-            out.append(f"# TYPE {name} {kind}")
-            for labels, value in family.items():
-                rendered = ",".join(f'{k}="{escape_label_value(v)}"' for k, v in labels)
-                out.append(f"{name}{{{rendered}}} {_number(value)}" if labels else f"{name} {_number(value)}")
-        return "\n".join(out) + "\n" if out else ""
+        """Written by the probe's ``render_families``, in the order of :data:`METRICS`."""
+        families = {
+            name: [(tuple((k, _no_surrogates(v)) for k, v in labels), value) for labels, value in family.items()]
+            for name, family in self.samples.items()
+        }
+        metrics = [(name, kind, help_text) for name, (kind, help_text) in METRICS.items()]
+        return render_families(metrics, families, _number)
 
 
 def _host_samples(
@@ -232,8 +246,9 @@ def render_host_prometheus(
     facts: HostFacts, findings: Sequence[Finding], *, expected_gpus: int | None = None, host: str | None = None
 ) -> str:
     """One host's facts and findings as a textfile, with the fleet audit's metric names (``host`` label defaults
-    to ``facts.host``): what the probe's timer writes on the host (``gpuprobe.render_prometheus``, computed from
-    the raw document there) plus ``gpufleet_gpu_ok``, ``gpufleet_gpu_expected_count`` and ``gpufleet_finding``."""
+    to ``facts.host``): what the probe's timer writes on the host (``gpuprobe.render_prometheus``, its samples
+    computed from the raw document there, here from the typed facts) plus ``gpufleet_gpu_ok``,
+    ``gpufleet_gpu_expected_count`` and ``gpufleet_finding``."""
     exp = _Exposition()
     _host_samples(exp, host or facts.host, facts, findings, expected_gpus)
     return exp.render()

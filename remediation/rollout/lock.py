@@ -13,7 +13,7 @@ holder.
 
 The host leases (:func:`host_leases`): the local lock cannot see a second controller or a second clone, so every
 reachable host of the fleet also carries a lease (``/var/lib/gpufleet/rollout.lease``, see
-:mod:`remediation.rollout.hostlease`) with the run id, controller, user, pid and an expiry in the host's clock. A
+:mod:`remediation.hostside.hostlease`) with the run id, controller, user, pid and an expiry in the host's clock. A
 run takes every lease or none; a lease held by another run that has not expired refuses the run with exit 4 and
 names the holder; an expired one, or one whose run's process is gone from this controller (``kill -9``, a crash), is
 taken over atomically on the host (under ``flock``). Leases are renewed before
@@ -39,6 +39,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from remediation.core.durable import write_atomic
+from remediation.hostside import HOSTLEASE_PATH
 from remediation.rollout.errors import LockHeldError, RolloutError
 
 if TYPE_CHECKING:
@@ -237,7 +238,7 @@ def fleet_lock(
 
 # --- leases on the hosts ------------------------------------------------------------------------------------------
 
-_LEASE_SCRIPT = Path(__file__).with_name("hostlease.py")
+_LEASE_SCRIPT = HOSTLEASE_PATH  # sent as it is, on the stdin of the host's python3
 
 
 @dataclass

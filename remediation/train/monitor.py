@@ -1,7 +1,7 @@
 """``invoke train.monitor``: GPU memory and utilization of one host, sampled through NVML, to CSV.
 
-The sampler (:mod:`remediation.train.sampler`, stdlib + pynvml) travels the way the audit's probe does, bundled by
-the probe's own :func:`remediation.probe.bundle_program`: one Python program on the SSH session's stdin, with the
+The sampler (:mod:`remediation.hostside.sampler`, stdlib + pynvml) travels the way the audit's probe does, bundled by
+:func:`remediation.hostside.bundle_program`: one Python program on the SSH session's stdin, with the
 controller's ``pynvml.py`` inside, used only where the host has none; the SSH session is
 :func:`remediation.transport.fanout.run_one` (host keys verified, connect and command timeouts). A long run is cut
 into chunks of about ``chunk_seconds``: each chunk is one SSH round trip whose rows are appended to the CSV as soon
@@ -16,11 +16,11 @@ import io
 import shlex
 from collections.abc import Callable
 from dataclasses import dataclass
-from pathlib import Path
 from typing import TextIO
 
 from remediation.core.errors import InventoryError
-from remediation.probe import bundle_program
+from remediation.hostside import SAMPLER_PATH, bundle_program
+from remediation.hostside.sampler import FIELDS  # the CSV columns, as the sampler writes them
 from remediation.train.errors import TrainError
 from remediation.transport.fanout import HostRun, Status, run_one
 from remediation.transport.inventory import Host, label
@@ -28,19 +28,6 @@ from remediation.transport.sshopts import hostname_problem
 
 __all__ = ["FIELDS", "MonitorResult", "Sample", "bundle", "check_host_name", "monitor", "parse_csv", "remote_command"]
 
-SAMPLER_PATH = Path(__file__).with_name("sampler.py")
-# The CSV columns, as the sampler writes them (it runs on hosts alone, so it keeps its own copy; the lab tests
-# compare the header it writes with this).
-FIELDS = (
-    "timestamp",
-    "host",
-    "gpu",
-    "memory_used_mib",
-    "memory_free_mib",
-    "memory_total_mib",
-    "utilization_gpu_pct",
-    "error",
-)
 
 def remote_command(host_label: str, interval: float, count: int, align: float | None) -> str:
     """The sampler's command line on the host, every argument one shell word (``shlex.join``)."""

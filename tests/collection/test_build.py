@@ -24,7 +24,8 @@ from tests.conftest import ROOT
 PYPROJECT = tomllib.loads((ROOT / "pyproject.toml").read_text())
 DEPENDENCIES = {Requirement(d).name: Requirement(d) for d in PYPROJECT["project"]["dependencies"]}
 EE = yaml.safe_load((ROOT / "execution-environment.yml").read_text())
-PROBE = ROOT / "remediation" / "probe" / "gpuprobe.py"
+HOSTSIDE = ROOT / "remediation" / "hostside"
+PROBE = HOSTSIDE / "gpuprobe.py"
 # The collection, and nothing else of the project, at the top of the tarball.
 TOP_LEVEL = {"MANIFEST.json", "FILES.json", "README.md", "CHANGELOG.md", "SECURITY.md", "requirements.txt",
              "bindep.txt", "meta", "roles", "playbooks", "plugins", "docs", "remediation"}
@@ -49,7 +50,7 @@ def test_tarball_holds_the_collection_and_no_project_files(built: Built) -> None
     assert {n.split("/", 1)[1] for n in members if n.startswith("playbooks/")} == playbooks
     # Of the Python library, only the probe file that plugins/module_utils/gpuprobe.py links to.
     assert {n for n in members if n.startswith("remediation")} == {
-        "remediation", "remediation/probe", "remediation/probe/gpuprobe.py"}
+        "remediation", "remediation/hostside", "remediation/hostside/gpuprobe.py"}
     assert {n for n in members if n.startswith("plugins/")} >= {
         "plugins/modules/gpu_facts.py", "plugins/modules/nvidia_module.py", "plugins/modules/dpkg_idle.py",
         "plugins/module_utils/gpuprobe.py", "plugins/filter/package_patterns.py", "plugins/filter/restore.py",
@@ -64,11 +65,12 @@ def test_tarball_holds_the_collection_and_no_project_files(built: Built) -> None
 def test_the_probe_ships_once_as_the_module_utils_link(built: Built) -> None:
     members = built.members()
     link = members["plugins/module_utils/gpuprobe.py"]
-    assert link.issym() and link.linkname == "../../remediation/probe/gpuprobe.py"
-    assert built.read("remediation/probe/gpuprobe.py") == PROBE.read_bytes()
+    assert link.issym() and link.linkname == "../../remediation/hostside/gpuprobe.py"
+    assert built.read("remediation/hostside/gpuprobe.py") == PROBE.read_bytes()
     # No second copy anywhere in the tarball: no other file defines the probe's collect().
     python_files = [name for name, m in members.items() if m.isfile() and name.endswith(".py")]
-    assert [name for name in python_files if b"\ndef collect(" in built.read(name)] == ["remediation/probe/gpuprobe.py"]
+    defining_collect = [name for name in python_files if b"\ndef collect(" in built.read(name)]
+    assert defining_collect == ["remediation/hostside/gpuprobe.py"]
 
 
 def test_installed_collection_keeps_the_link_and_the_modules_find_the_probe(built: Built, tmp_path: Path) -> None:
@@ -77,7 +79,7 @@ def test_installed_collection_keeps_the_link_and_the_modules_find_the_probe(buil
     installed = install_collection(built.tarball, tmp_path / "collections", cwd, clean_env(home, BIN),
                                    BIN / "ansible-galaxy")
     utils = installed / "plugins" / "module_utils" / "gpuprobe.py"
-    assert utils.is_symlink() and utils.resolve() == (installed / "remediation" / "probe" / "gpuprobe.py").resolve()
+    assert utils.is_symlink() and utils.resolve() == (installed / "remediation" / "hostside" / "gpuprobe.py").resolve()
     assert utils.read_bytes() == PROBE.read_bytes()
     env = clean_env(home, BIN, ANSIBLE_COLLECTIONS_PATH=str(tmp_path / "collections"))
     doc = run([str(BIN / "ansible-doc"), "--json", f"{FQCN}.gpu_facts", f"{FQCN}.nvidia_module", f"{FQCN}.dpkg_idle"],
@@ -169,16 +171,16 @@ def test_readme_lines_build_install_and_make_the_ee_build_context(tmp_path: Path
         shutil.rmtree(context, ignore_errors=True)
 
 
-@pytest.mark.parametrize("name", ["gpuprobe", "gpumemlog"])
+@pytest.mark.parametrize("name", ["gpuprobe", "gpumemlog", "rolloutlease"])
 def test_host_program_lookup_finds_the_installed_packages_file(name: str) -> None:
     sys.path.insert(0, str(ROOT / "plugins" / "lookup"))
     try:
         import host_program  # type: ignore[import-not-found]
     finally:
         sys.path.pop(0)
-    expected = {"gpuprobe": PROBE, "gpumemlog": ROOT / "remediation" / "train" / "sampler.py"}[name]
-    assert Path(host_program.program_path(name)) == expected.resolve()
-    with pytest.raises(Exception, match="unknown host program 'probe'; known: gpumemlog, gpuprobe"):
+    expected = {"gpuprobe": PROBE, "gpumemlog": HOSTSIDE / "sampler.py", "rolloutlease": HOSTSIDE / "hostlease.py"}
+    assert Path(host_program.program_path(name)) == expected[name].resolve()
+    with pytest.raises(Exception, match="unknown host program 'probe'; known: gpumemlog, gpuprobe, rolloutlease"):
         host_program.program_path("probe")
 
 

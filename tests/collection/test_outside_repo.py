@@ -29,7 +29,7 @@ from tests.conftest import ROOT, make_lab, require_lab, ssh
 
 pytestmark = pytest.mark.lab
 
-PROBE = ROOT / "remediation" / "probe" / "gpuprobe.py"
+PROBE = ROOT / "remediation" / "hostside" / "gpuprobe.py"
 BOOT_KERNEL, NEW_KERNEL, DRIVER = "6.5.0-44-generic", "6.5.0-45-generic", "535.183.01"
 RECAP = re.compile(r"^(?P<host>\S+)\s+: ok=\d+\s+changed=(?P<changed>\d+)\s+unreachable=(?P<unreachable>\d+)\s+"
                    r"failed=(?P<failed>\d+)", re.M)

@@ -115,7 +115,7 @@ def test_bad_option_fails_before_probing(facts_lab: Any, tmp_path: Path) -> None
 
 def test_module_ships_the_probe_file_itself_as_module_utils(tmp_path: Path) -> None:
     """The collection's module_utils is what Ansible packs: the payload's gpuprobe.py IS the probe file (the link
-    plugins/module_utils/gpuprobe.py -> remediation/probe/gpuprobe.py)."""
+    plugins/module_utils/gpuprobe.py -> remediation/hostside/gpuprobe.py)."""
     remote_tmp = tmp_path / "remote"
     env = ansible_env(tmp_path) | {"ANSIBLE_KEEP_REMOTE_FILES": "1", "ANSIBLE_PIPELINING": "0"}
     proc = subprocess.run(
@@ -129,4 +129,4 @@ def test_module_ships_the_probe_file_itself_as_module_utils(tmp_path: Path) -> N
     utils = wrapper.parent / "debug_dir" / "ansible_collections" / "gpufleet" / "remediation" / "plugins"
     utils = utils / "module_utils"
     shipped = utils / "gpuprobe.py"
-    assert shipped.read_bytes() == (ROOT / "remediation" / "probe" / "gpuprobe.py").read_bytes()
+    assert shipped.read_bytes() == (ROOT / "remediation" / "hostside" / "gpuprobe.py").read_bytes()

@@ -76,7 +76,7 @@ def _lease(lab: Any, host: str) -> dict[str, Any] | None:
 def _lease_op(lab: Any, host: str, op: str, **fields: Any) -> dict[str, Any]:
     """Run the host lease program on a host as another controller would (over SSH)."""
     payload = base64.b64encode(json.dumps({"op": op, **fields}).encode()).decode()
-    script = (ROOT / "remediation/rollout/hostlease.py").read_text()
+    script = (ROOT / "remediation/hostside/hostlease.py").read_text()
     r = subprocess.run(
         ["ssh", "-F", str(lab.paths.ssh_config), host, "sudo -n python3 - " + shlex.quote(payload)],
         input=script, capture_output=True, text=True, timeout=60, check=False,

@@ -8,7 +8,7 @@ import pytest
 
 from remediation.core.parsers import detect_kind, nvml_errors, nvml_text
 from remediation.host.diagnose import diagnose
-from remediation.probe import gpuprobe
+from remediation.hostside import gpuprobe
 
 ERRORS = nvml_errors.NVML_ERRORS
 CLASS_FINDING = {

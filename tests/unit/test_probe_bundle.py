@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from remediation.probe import bundle, probe_source, pynvml_source
+from remediation.hostside import bundle, probe_source, pynvml_source
 
 SYSTEM_PYTHON = shutil.which("python3", path="/usr/bin:/bin") or "python3"
 
@@ -71,7 +71,7 @@ def _interpreter(version: str) -> str | None:
 def test_bundle_on_older_pythons_when_available(version: str) -> None:
     exe = _interpreter(version)
     if exe is None:
-        pytest.skip(f"python{version} not installed here (the syntax check in test_probe_parsing covers 3.8)")
+        pytest.skip(f"python{version} not installed here (test_hostside checks 3.8 syntax)")
     proc = subprocess.run(
         [exe, "-I", "-S", "-", "--root", "/nonexistent"], input=bundle(), capture_output=True, timeout=60
     )

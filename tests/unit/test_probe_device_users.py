@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-PROBE_DIR = Path(__file__).resolve().parents[2] / "remediation" / "probe"
+PROBE_DIR = Path(__file__).resolve().parents[2] / "remediation" / "hostside"
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "facts"
 sys.path.insert(0, str(PROBE_DIR))
 try:

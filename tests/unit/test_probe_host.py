@@ -18,7 +18,7 @@ from typing import Any
 
 import pytest
 
-PROBE = Path(__file__).resolve().parents[2] / "remediation" / "probe" / "gpuprobe.py"
+PROBE = Path(__file__).resolve().parents[2] / "remediation" / "hostside" / "gpuprobe.py"
 
 NVIDIA_PACKAGES = {
     "nvidia-driver-535": "535.183.01-0ubuntu0.22.04.1",

@@ -166,7 +166,7 @@ def test_hang_with_the_controller_pynvml_in_process(nvml_lib: Path, tmp_path: Pa
     """collect() called in-process (the Ansible wrapper's way) also returns, and leaves no child behind."""
     state = _state(tmp_path, DRIVER, "hang=1\n")
     code = (
-        "import json,sys; sys.path.insert(0, 'remediation/probe'); import gpuprobe;"
+        "import json,sys; sys.path.insert(0, 'remediation/hostside'); import gpuprobe;"
         "d = gpuprobe.collect({'nvml_timeout': 1, 'root': '/nonexistent'}); print(json.dumps(d['nvml']))"
     )
     env = {**os.environ, "LD_LIBRARY_PATH": str(nvml_lib), "GPULAB_STATE_DIR": str(state)}

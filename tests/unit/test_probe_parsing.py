@@ -3,14 +3,13 @@
 
 from __future__ import annotations
 
-import ast
 import datetime as dt
 import sys
 from pathlib import Path
 
 import pytest
 
-PROBE_DIR = Path(__file__).resolve().parents[2] / "remediation" / "probe"
+PROBE_DIR = Path(__file__).resolve().parents[2] / "remediation" / "hostside"
 sys.path.insert(0, str(PROBE_DIR))
 import gpuprobe  # noqa: E402
 
@@ -308,12 +307,6 @@ def test_proc_locks_holder_lookup(tmp_path: Path) -> None:
         "2: FLOCK  ADVISORY  WRITE 77 00:01:1 0 EOF\n"
     )
     assert gpuprobe._proc_locks_holders(st, text) == [4242]
-
-
-def test_probe_source_is_python38_syntax() -> None:
-    source = (PROBE_DIR / "gpuprobe.py").read_text()
-    ast.parse(source, feature_version=(3, 8))
-    assert not any(line.startswith("from __future__") for line in source.splitlines())
 
 
 def test_collect_accepts_a_mapping_of_options_and_rejects_unknown_ones() -> None:

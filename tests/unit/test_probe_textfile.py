@@ -18,7 +18,7 @@ import pytest
 from prometheus_client import parser as prometheus_parser
 
 ROOT = Path(__file__).resolve().parents[2]
-PROBE_DIR = ROOT / "remediation" / "probe"
+PROBE_DIR = ROOT / "remediation" / "hostside"
 PROBE = PROBE_DIR / "gpuprobe.py"
 FIXTURES = ROOT / "tests" / "fixtures" / "facts"
 sys.path.insert(0, str(PROBE_DIR))
@@ -164,7 +164,7 @@ def test_label_values_are_escaped_and_parse_back(raw: str) -> None:
 
 
 def test_help_text_escaping() -> None:
-    assert gpuprobe._prom_escape_help("a\\b\nc") == "a\\\\b\\nc"
+    assert gpuprobe.prom_escape_help("a\\b\nc") == "a\\\\b\\nc"
 
 
 def test_a_document_from_a_crashed_probe_still_renders() -> None:

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from remediation.probe import gpuprobe
+from remediation.hostside import gpuprobe
 
 MAGIC = b"~Module signature appended~\n"
 

@@ -18,7 +18,7 @@ from test_report_common import DOWN_HOST, FACTS, S1_HOST, THERMAL_HOST, build_re
 from remediation.core.facts import facts_from_dict
 from remediation.report.prometheus import METRICS, escape_label_value, render_host_prometheus, render_prometheus
 
-PROBE = Path(__file__).resolve().parents[2] / "remediation" / "probe" / "gpuprobe.py"
+PROBE = Path(__file__).resolve().parents[2] / "remediation" / "hostside" / "gpuprobe.py"
 
 
 def samples(text: str) -> list[Sample]:
@@ -150,7 +150,7 @@ def test_host_textfile_uses_the_same_names() -> None:
 
 
 def load_probe() -> ModuleType:
-    """remediation/probe/gpuprobe.py, the script the on-host timer runs (not a package module)."""
+    """remediation/hostside/gpuprobe.py, the script the on-host timer runs (not a package module)."""
     spec = importlib.util.spec_from_file_location("gpuprobe_for_report_tests", PROBE)
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
@@ -174,6 +174,16 @@ def test_same_metrics_as_the_probe_timer(fixture: str) -> None:
         mine = sorted((s.name, tuple(sorted(s.labels.items())), s.value) for s in ours[name].samples)
         probe_side = sorted((s.name, tuple(sorted(s.labels.items())), s.value) for s in theirs[name].samples)
         assert mine == probe_side, name
+
+
+def test_the_probes_metrics_are_defined_once() -> None:
+    """Every metric the probe's timer writes is in METRICS with the probe's own type and HELP (PROM_METRICS), in the
+    probe's order."""
+    probe = load_probe()
+    probe_names = [name for name, _, _ in probe.PROM_METRICS]
+    assert [name for name in METRICS if name in probe_names] == probe_names
+    for name, kind, help_text in probe.PROM_METRICS:
+        assert METRICS[name] == (kind, help_text), name
 
 
 def test_label_escaping() -> None:

@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
+from remediation.hostside import sampler
 from remediation.train import monitor as monitor_mod
-from remediation.train import sampler
 from remediation.train.errors import TrainError
 from remediation.train.monitor import FIELDS, bundle, monitor, parse_csv
 from remediation.transport.inventory import Host
@@ -41,7 +41,7 @@ def test_bundle_runs_the_sampler_without_nvml_driver(tmp_path: Path) -> None:
 
 def test_sampler_appends_and_rotates(tmp_path: Path) -> None:
     out = tmp_path / "gpu_memory.csv"
-    run = [sys.executable, str(REPO / "remediation" / "train" / "sampler.py"), "--interval", "0.1", "--count", "1",
+    run = [sys.executable, str(REPO / "remediation" / "hostside" / "sampler.py"), "--interval", "0.1", "--count", "1",
            "--out", str(out)]
     for _ in range(2):
         subprocess.run(run, capture_output=True, timeout=60, check=False)

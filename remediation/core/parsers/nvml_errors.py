@@ -10,7 +10,7 @@ Every ``nvmlReturn_t`` of ``nvml.h`` is here with the names and texts it shows u
   driver error occurred``), which wrappers print instead;
 - the number itself (``nvmlInit_v2 failed with error 9``).
 
-``error_class`` is the class the probe gives the same code (:mod:`remediation.probe.gpuprobe`): 9
+``error_class`` is the class the probe gives the same code (:mod:`remediation.hostside.gpuprobe`): 9
 ``driver_not_loaded``, 18 ``version_mismatch``, 12 ``library_not_found``, 15 ``gpu_lost``, 999 ``Unknown Error``
 ``handle_unknown_error`` when it came from getting a device handle (``nvmlDeviceGetHandleBy*``, nvidia-smi's
 "Unable to determine the device handle"); every other code is ``other``: NVML failed, for a reason no remedy of

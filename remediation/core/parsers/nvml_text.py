@@ -1,7 +1,7 @@
 """nvidia-smi / NVML / nvidia-container-cli failure text, and NVML errors printed by any program → :class:`NvmlText`.
 
 ``error_class`` is one of (the JSON contract of ``invoke diagnose``; the probe's classes,
-:mod:`remediation.probe.gpuprobe`, less the probe's own ``timeout``):
+:mod:`remediation.hostside.gpuprobe`, less the probe's own ``timeout``):
 
 - ``driver_not_loaded``: "NVIDIA-SMI has failed because it couldn't communicate with the NVIDIA driver",
   "Failed to initialize NVML: Driver Not Loaded", ``nvml error: driver not loaded``;

@@ -39,7 +39,7 @@ import sys
 import tempfile
 import time
 import traceback
-from typing import Any, Callable, Dict, Iterable, List, Optional, Tuple  # noqa: F401 - used in type comments (3.8)
+from typing import Any, Callable, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple  # noqa: F401 - type comments
 
 SCHEMA = "gpufleet.facts/1"
 PROBE_VERSION = "1.0.0"
@@ -725,14 +725,16 @@ def collect_system(options):
     }
 
 
-_RELEASE_RE = re.compile(r"^(?P<version>\d+\.\d+(?:\.\d+)?)-(?P<abi>\d+)(?:-(?P<flavour>[a-z][a-z0-9.+-]*))?$")
+# A kernel release, uname -r: <version>-<abi>[-<flavour>]. The controller parses releases with this same pattern
+# (remediation.kernelflavour.parse_release) and takes the flavour with kernel_flavour below.
+KERNEL_RELEASE_RE = re.compile(r"^(?P<version>\d+\.\d+(?:\.\d+)?)-(?P<abi>\d+)(?:-(?P<flavour>[a-z][a-z0-9.+-]*))?$")
 
 
 def kernel_flavour(release):
     # type: (Optional[str]) -> Optional[str]
     """The flavour of a kernel release, as Ubuntu names its meta-packages: ``6.5.0-1025-azure`` -> ``azure``,
     ``6.5.0-45-generic`` -> ``generic``, ``6.1.0-18-cloud-amd64`` -> ``cloud-amd64``; None when there is none."""
-    match = _RELEASE_RE.match(release or "")
+    match = KERNEL_RELEASE_RE.match(release or "")
     return match.group("flavour") if match else None
 
 
@@ -1861,7 +1863,8 @@ def collect(options=None):
 # --------------------------------------------------------------------------------------------------
 # output files: the facts JSON and a Prometheus textfile (node_exporter textfile collector)
 
-# name -> (type, help).  The controller-side renderer uses the same names; keep them in step.
+# (name, type, help), in the order of the output. The controller's renderer (remediation.report.prometheus) takes
+# these definitions from here for the same metrics, and writes its textfiles with render_families too.
 PROM_METRICS = (
     ("gpufleet_nvml_ok", "gauge", "1 when NVML initialised and every GPU answered, else 0."),
     ("gpufleet_nvml_error", "gauge", "1 for the NVML error class of a host whose NVML check failed."),
@@ -1882,18 +1885,18 @@ PROM_METRICS = (
 )
 
 
-def _prom_escape_label(value):
+def prom_escape_label(value):
     # type: (Any) -> str
     text = "" if value is None else str(value)
     return text.replace("\\", "\\\\").replace("\n", "\\n").replace('"', '\\"')
 
 
-def _prom_escape_help(text):
+def prom_escape_help(text):
     # type: (str) -> str
     return text.replace("\\", "\\\\").replace("\n", "\\n")
 
 
-def _prom_number(value):
+def prom_number(value):
     # type: (Any) -> str
     if isinstance(value, bool):
         return "1" if value else "0"
@@ -1914,9 +1917,10 @@ def _iso_to_epoch(text):
 
 
 def _prom_samples(doc, host):
-    # type: (Dict[str, Any], str) -> Dict[str, List[Tuple[Dict[str, str], Any]]]
-    """Facts document -> {metric name: [(labels, value), ...]}; absent facts give no sample."""
-    out = dict((name, []) for name, _, _ in PROM_METRICS)  # type: Dict[str, List[Tuple[Dict[str, str], Any]]]
+    # type: (Dict[str, Any], str) -> Dict[str, List[Tuple[List[Tuple[str, str]], Any]]]
+    """Facts document -> {metric name: [(labels, value), ...]}, labels as (name, value) pairs; absent facts give no
+    sample."""
+    out = dict((name, []) for name, _, _ in PROM_METRICS)  # type: Dict[str, List[Tuple[List[Tuple[str, str]], Any]]]
 
     def add(name, value, **labels):
         # type: (str, Any, str) -> None
@@ -1924,7 +1928,7 @@ def _prom_samples(doc, host):
             return
         merged = {"host": host}
         merged.update(labels)
-        out[name].append((merged, value))
+        out[name].append((list(merged.items()), value))
 
     nvml = doc.get("nvml") or {}
     ok = bool(nvml.get("ok"))
@@ -1988,17 +1992,30 @@ def render_prometheus(doc, host=None):
 
     ``host`` is the value of every sample's ``host`` label (default: the document's ``hostname``)."""
     host = host or str(doc.get("hostname") or socket.gethostname())
-    samples = _prom_samples(doc, host)
+    return render_families(PROM_METRICS, _prom_samples(doc, host))
+
+
+def render_families(metrics, samples, number=prom_number):
+    # type: (Iterable[Tuple[str, str, str]], Mapping[str, Sequence[Tuple[Iterable[Tuple[str, Any]], Any]]], Callable[[Any], str]) -> str
+    """Samples in the text exposition format (0.0.4), family by family in the order of ``metrics`` ((name, type,
+    HELP) triples): a family's HELP and TYPE lines, then its samples, each ``(labels, value)`` with the labels as
+    (name, value) pairs, written with ``number``. A metric without samples is left out; no samples at all is "".
+
+    The controller writes its textfiles (remediation.report.prometheus) with this function too."""
     lines = []  # type: List[str]
-    for name, kind, help_text in PROM_METRICS:
-        if not samples[name]:
+    for name, kind, help_text in metrics:
+        family = samples.get(name)
+        if not family:
             continue
-        lines.append("# HELP %s %s" % (name, _prom_escape_help(help_text)))
+        lines.append("# HELP %s %s" % (name, prom_escape_help(help_text)))
         lines.append("# TYPE %s %s" % (name, kind))
-        for labels, value in samples[name]:
-            rendered = ",".join('%s="%s"' % (key, _prom_escape_label(labels[key])) for key in labels)
-            lines.append("%s{%s} %s" % (name, rendered, _prom_number(value)))
-    return "\n".join(lines) + "\n"
+        for labels, value in family:
+            rendered = ",".join('%s="%s"' % (key, prom_escape_label(text)) for key, text in labels)
+            if rendered:
+                lines.append("%s{%s} %s" % (name, rendered, number(value)))
+            else:
+                lines.append("%s %s" % (name, number(value)))
+    return "\n".join(lines) + "\n" if lines else ""
 
 
 # Output file modes. The facts JSON holds kernel log lines (NVRM/Xid), which dmesg_restrict keeps from
