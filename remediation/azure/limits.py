@@ -30,7 +30,7 @@ from typing import Any
 
 from remediation.core import skus
 from remediation.core.facts import HostFacts
-from remediation.kernelflavour import signed_module_package
+from remediation.core.kernelflavour import signed_module_package
 
 __all__ = ["SUPPORTED_UBUNTU", "driver_type", "refusal", "reported_driver_version"]
 

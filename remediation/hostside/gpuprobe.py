@@ -726,7 +726,7 @@ def collect_system(options):
 
 
 # A kernel release, uname -r: <version>-<abi>[-<flavour>]. The controller parses releases with this same pattern
-# (remediation.kernelflavour.parse_release) and takes the flavour with kernel_flavour below.
+# (remediation.core.kernelflavour.parse_release) and takes the flavour with kernel_flavour below.
 KERNEL_RELEASE_RE = re.compile(r"^(?P<version>\d+\.\d+(?:\.\d+)?)-(?P<abi>\d+)(?:-(?P<flavour>[a-z][a-z0-9.+-]*))?$")
 
 

@@ -36,7 +36,7 @@ from typing import Any
 from remediation.core.checks.debversion import compare_versions
 from remediation.core.facts import HostFacts, KernelPackage
 from remediation.core.findings import Finding
-from remediation.kernelflavour import KernelRelease, is_branch, parse_release, signed_module_package
+from remediation.core.kernelflavour import KernelRelease, is_branch, parse_release, signed_module_package
 from remediation.restore.rules import choose_module_source, grub_default_for, is_cordoned
 
 __all__ = [

@@ -50,7 +50,7 @@ from remediation.core.checks.debversion import compare_versions
 from remediation.core.checks.kernel import kernel_newer
 from remediation.core.facts import HostFacts, KernelPackage
 from remediation.core.findings import Finding
-from remediation.kernelflavour import (
+from remediation.core.kernelflavour import (
     branch_number,
     driver_install_packages,
     flavour_metas,

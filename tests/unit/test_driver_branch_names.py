@@ -12,7 +12,7 @@ import pytest
 
 from remediation.core.checks import Policy, run_checks
 from remediation.core.facts import facts_from_dict
-from remediation.kernelflavour import (
+from remediation.core.kernelflavour import (
     branch_number,
     common_branch,
     driver_install_packages,

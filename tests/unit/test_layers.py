@@ -48,7 +48,7 @@ def test_lab_error_is_the_labs() -> None:
 #: What each lower layer of ``remediation/`` may import from the library (besides itself). The layers above
 #: (host, rollout and its adapters, azure, k8s, aoai, train, report) build on these; nothing below reaches up.
 LOWER_LAYERS = {
-    "core": {"hostside", "kernelflavour"},
+    "core": {"hostside"},
     "transport": {"core", "hostside"},
 }
 

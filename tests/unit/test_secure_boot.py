@@ -14,9 +14,9 @@ import pytest
 
 from remediation.core.checks import Policy, run_checks
 from remediation.core.facts import facts_from_dict
+from remediation.core.kernelflavour import flavour_metas, is_flavour_meta, meta_pattern, parse_release
 from remediation.host.diagnose import diagnose
 from remediation.hostside import gpuprobe
-from remediation.kernelflavour import flavour_metas, is_flavour_meta, meta_pattern, parse_release
 from remediation.restore.rules import Action, choose_module_source, decide
 from tests.unit.test_probe_host import build_host_tree, run_probe
 

@@ -33,7 +33,7 @@ from remediation.core.checks.policy import Policy
 from remediation.core.checks.registry import fleet_rule, rule
 from remediation.core.facts import HostFacts
 from remediation.core.findings import Finding, Severity, make_finding
-from remediation.kernelflavour import is_branch, signed_module_package
+from remediation.core.kernelflavour import is_branch, signed_module_package
 
 __all__ = [
     "api_mismatch_in_kernel_log",

@@ -28,8 +28,8 @@ from remediation.core.checks.history import describe
 from remediation.core.checks.registry import rule
 from remediation.core.facts import HostFacts, KernelPackage
 from remediation.core.findings import Finding, Severity, make_finding
+from remediation.core.kernelflavour import is_flavour_meta
 from remediation.core.parsers import apt_history as apt_mod
-from remediation.kernelflavour import is_flavour_meta
 
 __all__ = [
     "dpkg_lock_held",
