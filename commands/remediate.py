@@ -60,6 +60,7 @@ def remediate(  # type: ignore[no-untyped-def]
     from remediation.core.errors import UsageError
     from remediation.remediate.api import check as plan_run
     from remediation.remediate.api import policy_from
+    from remediation.transport.inventory import load
 
     if format not in ("table", "json"):
         raise UsageError(f"--format {format!r} must be table or json")
@@ -68,9 +69,10 @@ def remediate(  # type: ignore[no-untyped-def]
     if not (check or dry_run):
         raise UsageError("acting is not built yet: run with --check (invoke remediate --check) to see the plan")
     options = audit_options(c)
-    hosts, path, _group = fleet_hosts(c, fleet, inventory, limit)
+    hosts, path, group = fleet_hosts(c, fleet, inventory, limit)
+    whole = len(load(path, group)) if limit else len(hosts)  # the cap and the breaker's share are of the fleet
     plan, _audit = plan_run(hosts, path, options, cfg, fleet=fleet, state_dir=state_dir,
-                            allow_reboot=bool(allow_reboot), source=config_source(c, "remediate"))
+                            allow_reboot=bool(allow_reboot), source=config_source(c, "remediate"), fleet_size=whole)
     if format == "json":
         print(json.dumps(plan.to_dict(), indent=2))
     else:

@@ -49,9 +49,10 @@ def check(
     source: str = "invoke.yaml",
     now: _dt.datetime | None = None,
     audit: Callable[..., AuditResult] | None = None,
+    fleet_size: int | None = None,
 ) -> tuple[Plan, AuditResult]:
     """Audit ``hosts`` and plan: policy and state are read first (a bad one stops before any host is probed); the
-    state file is read, never written."""
+    state file is read, never written. ``fleet_size``: the whole fleet's, when ``hosts`` are a part (``--limit``)."""
     policy = policy_from(cfg, fleet, source)
     guards = guards_from(cfg)
     state = load(state_path(state_dir, fleet), fleet)
@@ -61,7 +62,8 @@ def check(
         audit = run_audit
     result = audit(hosts, options, fleet=fleet, inventory=inventory)
     when = now or _dt.datetime.now(_dt.UTC)
-    return make_plan(inputs_from_audit(result), policy, state, when, guards, allow_reboot), result
+    plan = make_plan(inputs_from_audit(result), policy, state, when, guards, allow_reboot, fleet_size)
+    return plan, result
 
 
 @dataclass(frozen=True)

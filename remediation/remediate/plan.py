@@ -206,20 +206,23 @@ def make_plan(
     now: _dt.datetime,
     guards: Guards,
     allow_reboot: bool = False,
+    fleet_size: int | None = None,
 ) -> Plan:
-    """One :class:`Decision` per (host, finding); see the module's docstring for the rules, in their order."""
+    """One :class:`Decision` per (host, finding); see the module's docstring for the rules, in their order.
+
+    ``fleet_size``: the whole fleet's hosts when ``hosts`` is a part of it (``--limit``), for the in-flight cap and the
+    breaker's share; default ``len(hosts)``."""
     ttl = guards.finding_ttl_s
     unhealthy = tuple(h.host for h in hosts if h.probed and _fresh(h, now, ttl)
                       and any(f.severity is Severity.CRITICAL for f in h.findings))
-    observation = Observation(now, len(hosts), unhealthy)
+    size = max(len(hosts), fleet_size or 0)
+    observation = Observation(now, size, unhealthy)
     verdict = guards.breaker.evaluate((*state.observations, observation), now)
     tripped_at = state.breaker.at if state.breaker is not None else None
-    breaker_why = (f"circuit breaker tripped at {tripped_at.isoformat(timespec='seconds')}: {state.breaker.why}"
-                   if state.breaker is not None and tripped_at is not None
-                   else f"circuit breaker trips in this run: {verdict.why}" if verdict.tripped else "")
+    breaker_why = (f"circuit breaker tripped at {tripped_at.isoformat(timespec='seconds')}"
+                   if tripped_at is not None else "circuit breaker trips in this run" if verdict.tripped else "")
     reset = f"; a person resets it: invoke remediate.reset --fleet {policy.fleet}"
 
-    size = len(hosts)
     cap = guards.in_flight.limit(size)
     budget_since = now - _dt.timedelta(seconds=guards.budget.window_s)
     before = tuple(sorted({a.host for a in state.attempts if a.in_flight and a.at > budget_since}))
@@ -296,8 +299,8 @@ def make_plan(
                                                     "nothing more until it has one"))
                 continue
             if spec.action in actions_run:
-                rows.append(decide(Verdict.AUTO, f"with {actions_run[spec.action]}: one {spec.action.value} run fixes "
-                                                 "both, one attempt"))
+                rows.append(decide(Verdict.AUTO, f"with {actions_run[spec.action]}: the same {spec.action.value} run, "
+                                                 "one attempt"))
                 continue
             left_now = left - len(actions_run)
             if left_now <= 0:
@@ -340,7 +343,7 @@ def make_plan(
         "windows": [w.describe() for w in policy.windows],
     }
     return Plan(policy.fleet, now, tuple(plans),
-                f"{len(in_flight)} hosts in flight ({len(before)} from earlier runs); "
+                f"{len(in_flight)} of {size} hosts in flight ({len(before)} from earlier runs); "
                 f"{guards.in_flight.describe(size)}",
                 cap, before, verdict, tripped_at, observation, allow_reboot, settings)
 

@@ -35,8 +35,9 @@ def print_plan(console: Console, plan: Plan) -> None:
     console.print(Text(f"in flight: {plan.in_flight}"))
     breaker = plan.breaker
     if plan.breaker_tripped_at is not None:
-        console.print(Text(f"circuit breaker: TRIPPED at {plan.breaker_tripped_at.isoformat(timespec='seconds')}; "
-                           f"invoke remediate.reset --fleet {plan.fleet} after a person has looked", style="red"))
+        console.print(Text(f"circuit breaker: TRIPPED at {plan.breaker_tripped_at.isoformat(timespec='seconds')} "
+                           f"(now: {breaker.why}); invoke remediate.reset --fleet {plan.fleet} after a person has "
+                           "looked", style="red"))
     elif breaker.tripped:
         console.print(Text(f"circuit breaker: would trip in this run: {breaker.why}", style="red"))
     else:

@@ -48,7 +48,7 @@ def test_harden_findings_are_auto_and_share_one_attempt() -> None:
     assert verdicts == [("GPU-KRN-002", Verdict.AUTO, Action.HARDEN), ("GPU-KRN-003", Verdict.AUTO, Action.HARDEN),
                         ("GPU-KRN-004", Verdict.AUTO, Action.HARDEN)]
     assert "attempt 1 of 3, 2 left after it" in p.hosts[0].decisions[0].why
-    assert "with GPU-KRN-002: one harden run fixes both" in p.hosts[0].decisions[1].why
+    assert p.hosts[0].decisions[1].why == "with GPU-KRN-002: the same harden run, one attempt"
     assert [h.decisions for h in p.hosts[1:]] == [(), (), ()]
 
 
@@ -174,7 +174,11 @@ def test_the_in_flight_cap_blocks_the_hosts_past_it() -> None:
                                                                             Verdict.BLOCKED]
     assert "in-flight cap reached (2 hosts, cap 2 = min(2 hosts, 50% of 10 hosts = 5))" in one(p, "gpu-3",
                                                                                                "GPU-KRN-002")[1]
-    assert p.in_flight_cap == 2 and p.in_flight.startswith("2 hosts in flight (0 from earlier runs)")
+    assert p.in_flight_cap == 2 and p.in_flight.startswith("2 of 10 hosts in flight (0 from earlier runs)")
+    # a part of the fleet (--limit): the cap and the breaker count the whole fleet
+    part = make_plan(hosts[:3], POLICY, RemediateState("gpu"), NOW, guards, fleet_size=10)
+    assert part.in_flight_cap == 2 and part.observation.fleet_size == 10
+    assert make_plan(hosts[:3], POLICY, RemediateState("gpu"), NOW, guards).in_flight_cap == 1
 
 
 def test_the_breaker_trips_blocks_auto_and_stays_tripped_across_runs() -> None:
@@ -184,8 +188,9 @@ def test_the_breaker_trips_blocks_auto_and_stays_tripped_across_runs() -> None:
     p = plan(hosts, allow_reboot=True)
     assert p.breaker.tripped and p.breaker_open and p.breaker.unhealthy == ("gpu-1", "gpu-2", "gpu-3")
     verdict, why = one(p, "gpu-1", "GPU-KRN-002")
-    assert verdict is Verdict.BLOCKED and why.startswith("circuit breaker trips in this run: 3 of 4 hosts")
-    assert why.endswith("a person resets it: invoke remediate.reset --fleet gpu")
+    assert (verdict, why) == (Verdict.BLOCKED, "circuit breaker trips in this run; a person resets it: invoke "
+                                               "remediate.reset --fleet gpu")
+    assert p.breaker.why.startswith("3 of 4 hosts unhealthy (75%) within 3600 s")
     assert one(p, "gpu-2", "GPU-HW-001")[0] is Verdict.ESCALATE  # escalations still go out
     # the next run sees a healthy fleet: still tripped, from the state
     saved = state_after(p, RemediateState("gpu"))
@@ -193,7 +198,7 @@ def test_the_breaker_trips_blocks_auto_and_stays_tripped_across_runs() -> None:
     next_run = [host("gpu-1", "GPU-KRN-002", now=NOW + 3 * H), *healthy(3)]
     later = plan(next_run, state=saved, now=NOW + 3 * H)
     verdict, why = one(later, "gpu-1", "GPU-KRN-002")
-    assert verdict is Verdict.BLOCKED and why.startswith("circuit breaker tripped at 2025-06-04T12:00:00+00:00")
+    assert verdict is Verdict.BLOCKED and why.startswith("circuit breaker tripped at 2025-06-04T12:00:00+00:00; a")
     assert not later.breaker.tripped and later.breaker_open
     # a person resets it: the loop acts again
     assert one(plan(next_run, state=saved.reset(), now=NOW + 3 * H), "gpu-1", "GPU-KRN-002")[0] is Verdict.AUTO
@@ -249,3 +254,21 @@ def test_a_recorded_trip_is_not_replaced() -> None:
     state = RemediateState("gpu", breaker=Trip(NOW - H, "first", ("x", "y")))
     hosts = [host(f"gpu-{i}", "GPU-DRV-001") for i in range(4)]
     assert state_after(plan(hosts, state=state), state).breaker == state.breaker
+
+
+def test_the_table_shows_decisions_guards_and_a_tripped_breaker() -> None:
+    from rich.console import Console
+
+    from remediation.report.remediate_view import print_plan
+
+    state = RemediateState("gpu", breaker=Trip(NOW - H, "3 of 4 hosts unhealthy", ("a", "b", "c")))
+    console = Console(record=True, width=200)
+    print_plan(console, plan([host("gpu-1", "GPU-KRN-002"), HostInput("gpu-2", probed=False, status="unreachable"),
+                              host("gpu-3")], state=state))
+    text = console.export_text()
+    assert "remediate plan, fleet gpu (--check: nothing changes)" in text
+    assert "circuit breaker tripped at 2025-06-04T11:00:00+00:00; a person resets it" in text
+    assert "not probed (unreachable: no answer)" in text and "nothing to do" in text
+    assert "decisions: 0 auto, 0 propose, 0 escalate, 2 blocked, 0 observe" in text
+    assert "circuit breaker: TRIPPED at 2025-06-04T11:00:00+00:00" in text
+    assert "nothing was changed and the state was not written" in text
