@@ -147,7 +147,8 @@ def preflight(path: Path) -> None:
 
 
 #: The config sections that are mappings (Invoke merges them with the defaults ``tasks.py`` registers).
-SECTIONS = ("fleets", "ansible", "audit", "driver_restore", "kernel_update", "lab", "k8s", "aoai", "azure", "train")
+SECTIONS = ("fleets", "ansible", "audit", "driver_restore", "kernel_update", "lab", "k8s", "aoai", "azure", "train",
+            "remediate")
 
 
 def settings(c: Any, cls: type[Any], name: str) -> Any:

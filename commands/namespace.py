@@ -10,10 +10,17 @@ from __future__ import annotations
 
 from invoke import Collection
 
-from commands import aks, aoai, audit, demo, driver, harden, k8s, kernel, lab, quota, train
+from commands import aks, aoai, audit, demo, driver, harden, k8s, kernel, lab, quota, remediate, train
 from remediation.aoai.api import AoaiSettings
 from remediation.azure.api import AzureSettings
-from remediation.config import AnsibleSettings, AuditSettings, KernelUpdateSettings, RestoreSettings, defaults
+from remediation.config import (
+    AnsibleSettings,
+    AuditSettings,
+    KernelUpdateSettings,
+    RemediateSettings,
+    RestoreSettings,
+    defaults,
+)
 from remediation.k8s.api import K8sSettings
 from remediation.train.api import TrainSettings
 
@@ -30,6 +37,7 @@ ns.add_collection(aoai.ns)
 ns.add_collection(quota.ns)
 ns.add_collection(aks.ns)
 ns.add_collection(train.ns)
+ns.add_collection(remediate.ns)
 ns.configure(
     {
         "ansible": defaults(AnsibleSettings),
@@ -40,5 +48,6 @@ ns.configure(
         "aoai": defaults(AoaiSettings),
         "azure": defaults(AzureSettings),
         "train": defaults(TrainSettings),
+        "remediate": defaults(RemediateSettings),
     }
 )

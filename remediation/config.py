@@ -32,6 +32,7 @@ __all__ = [
     "AuditSettings",
     "FleetSpec",
     "KernelUpdateSettings",
+    "RemediateSettings",
     "RestoreSettings",
     "check_config_file",
     "defaults",
@@ -62,9 +63,11 @@ def _coerce(value: Any, kind: Any, where: str) -> Any:
             raise UsageError(f"{where} must be a list, got {value!r}")
         return tuple(_coerce(v, item, where) for v in value)
     if origin is dict:
+        if _is_proxy(value):  # a nested section as Invoke hands it over (its DataProxy is not a Mapping)
+            value = _plain(value)
         if not isinstance(value, Mapping):
             raise UsageError(f"{where} must be a mapping, got {value!r}")
-        return dict(value)
+        return _plain(value)
     if kind is bool:
         if isinstance(value, bool):
             return value
@@ -85,6 +88,21 @@ def _coerce(value: Any, kind: Any, where: str) -> Any:
         return str(value)
     if kind is Path:
         return Path(str(value))
+    return value
+
+
+def _is_proxy(value: Any) -> bool:
+    """Invoke's DataProxy (a config mapping that is not a :class:`Mapping`)."""
+    keys = getattr(value, "keys", None)
+    return callable(keys) and hasattr(value, "__getitem__") and not isinstance(value, str | bytes | Mapping)
+
+
+def _plain(value: Any) -> Any:
+    """``value`` with every nested mapping (Invoke's proxies included) a plain dict and every list a list."""
+    if isinstance(value, Mapping) or _is_proxy(value):
+        return {key: _plain(value[key]) for key in list(value.keys())}
+    if isinstance(value, list | tuple):
+        return [_plain(item) for item in value]
     return value
 
 
@@ -293,6 +311,27 @@ class KernelUpdateSettings:
 
     def __post_init__(self) -> None:
         _check_lock_ttl(self.lock_ttl_s, "kernel_update")
+
+
+@dataclass(frozen=True)
+class RemediateSettings:
+    """``remediate:``: the closed loop's guards and its policy (:mod:`remediation.remediate.policy` reads ``policy``).
+
+    ``policy`` maps a fleet name to ``levels`` (finding ID -> observe | propose | auto, over the built-in defaults),
+    ``windows`` (weekly maintenance windows: ``days``, ``start``, ``end``, ``zone``) and ``groups`` (an inventory group
+    -> its own ``levels`` and ``windows``).
+    """
+
+    state_dir: str = ""  # default: audit.history_dir; the state is <state_dir>/remediate/<fleet>.json
+    attempts: int = field(default=3, metadata=POSITIVE)  # actions per host within attempts_window_h
+    attempts_window_h: float = field(default=24.0, metadata=POSITIVE)
+    finding_ttl_s: float = field(default=3600.0, metadata=POSITIVE)  # older findings are ignored
+    max_in_flight: int = field(default=1, metadata=POSITIVE)  # hosts changed at once: the smaller of this ...
+    max_in_flight_pct: float = field(default=10.0, metadata=POSITIVE)  # ... and this share of the fleet (at least 1)
+    breaker_pct: float = field(default=50.0, metadata=POSITIVE)  # trips above this unhealthy share of the fleet ...
+    breaker_window_s: float = field(default=3600.0, metadata=POSITIVE)  # ... seen within this many seconds ...
+    breaker_min_hosts: int = field(default=2, metadata=POSITIVE)  # ... and at least this many unhealthy hosts
+    policy: dict[str, Any] = field(default_factory=dict)
 
 
 def _check_lock_ttl(ttl_s: float, section: str) -> None:

@@ -67,7 +67,7 @@ def test_lower_layers_do_not_reach_up() -> None:
 
 
 #: The areas; the tasks reach each through its one entry module, ``remediation.<area>.api``.
-AREAS = ("host", "restore", "kernelupdate", "azure", "k8s", "aoai", "train")
+AREAS = ("host", "restore", "kernelupdate", "azure", "k8s", "aoai", "train", "remediate")
 
 
 def test_the_tasks_call_each_area_through_its_entry_module() -> None:
