@@ -38,7 +38,8 @@ def _settings(c: Any) -> tuple[Any, Path]:
         "check": "audit, then print the plan (decision, why, action, budget per host and finding); nothing changes",
         "dry_run": "alias of --check",
         "format": "table | json",
-        "allow_reboot": "plan reboots outside the policy's maintenance windows",
+        "allow_reboot": "plan (and, acting, run) reboots outside the policy's maintenance windows",
+        "yes": "act without asking",
     },
 )
 @edge
@@ -51,11 +52,12 @@ def remediate(  # type: ignore[no-untyped-def]
     dry_run=False,
     format="table",
     allow_reboot=False,
+    yes=False,
 ):
-    """Plan the closed loop: per finding observe, propose, escalate or fix within the guards. Only --check is built.
+    """The closed loop: per finding observe, propose, escalate or fix within the guards (--check: the plan only).
 
-    Exit codes: 0 the plan was shown (--check); 2 bad input (a policy, the state file, no --check: acting is not
-    built yet); 4 another remediate run holds the state file.
+    Exit codes: 0 the plan was shown (--check), or everything fixed / nothing to do; 1 something escalated, failed
+    or blocked; 2 bad input (a policy, a setting, the state file); 4 another remediate run holds the state file.
     """
     from remediation.core.errors import UsageError
     from remediation.remediate.api import check as plan_run
@@ -66,11 +68,14 @@ def remediate(  # type: ignore[no-untyped-def]
         raise UsageError(f"--format {format!r} must be table or json")
     cfg, state_dir = _settings(c)
     policy_from(cfg, fleet, config_source(c, "remediate"))  # a bad policy is refused even without --check
-    if not (check or dry_run):
-        raise UsageError("acting is not built yet: run with --check (invoke remediate --check) to see the plan")
+    check = bool(check or dry_run)
+    require_confirmation("remediate changes hosts", check=check, yes=yes, preview="to see the plan")
     options = audit_options(c)
     hosts, path, group = fleet_hosts(c, fleet, inventory, limit)
     whole = len(load(path, group)) if limit else len(hosts)  # the cap and the breaker's share are of the fleet
+    if not check:
+        _act(c, hosts, path, options, cfg, fleet=fleet, state_dir=state_dir, allow_reboot=bool(allow_reboot),
+             whole=whole, yes=bool(yes), format=format)
     plan, _audit = plan_run(hosts, path, options, cfg, fleet=fleet, state_dir=state_dir,
                             allow_reboot=bool(allow_reboot), source=config_source(c, "remediate"), fleet_size=whole)
     if format == "json":
@@ -81,6 +86,29 @@ def remediate(  # type: ignore[no-untyped-def]
 
         print_plan(console, plan)
     raise Exit(code=ExitCode.OK)
+
+
+def _act(c: Any, hosts: Any, path: Any, options: Any, cfg: Any, *, fleet: str, state_dir: Path, allow_reboot: bool,
+         whole: int, yes: bool, format: str) -> None:
+    """Act on the plan (confirmation unless --yes), print the outcomes, exit with the run's code."""
+    from commands.driver import restore_options
+    from remediation.remediate.api import act
+    from remediation.report.console import console
+    from remediation.report.remediate_view import print_plan, print_result
+
+    def confirm(plan: Any) -> bool:
+        print_plan(console, plan, acting=True)
+        auto = sorted(h.host for h in plan.hosts if h.auto)
+        return ask(f"act on {len(auto)} host(s): {', '.join(auto)}")
+
+    result = act(hosts, path, options, cfg, fleet=fleet, state_dir=state_dir,
+                 restore_options=restore_options(c, allow_reboot=allow_reboot), allow_reboot=allow_reboot,
+                 source=config_source(c, "remediate"), fleet_size=whole, confirm=None if yes else confirm)
+    if format == "json":
+        print(json.dumps(result.to_dict(), indent=2))
+    else:
+        print_result(console, result)
+    raise Exit(code=result.exit_code)
 
 
 @task(

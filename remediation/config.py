@@ -331,6 +331,10 @@ class RemediateSettings:
     breaker_pct: float = field(default=50.0, metadata=POSITIVE)  # trips above this unhealthy share of the fleet ...
     breaker_window_s: float = field(default=3600.0, metadata=POSITIVE)  # ... seen within this many seconds ...
     breaker_min_hosts: int = field(default=2, metadata=POSITIVE)  # ... and at least this many unhealthy hosts
+    # Acting: the IMDS Scheduled Events URL each host asks before it is changed ("": hosts not on Azure, not asked)
+    imds_endpoint: str = "http://169.254.169.254/metadata/scheduledevents"
+    webhook_url: str = ""  # Alertmanager-compatible receiver of the escalation pages ("": no page, packets only)
+    webhook_token: str = ""  # bearer token for webhook_url (sent over https or to loopback only)
     policy: dict[str, Any] = field(default_factory=dict)
 
 

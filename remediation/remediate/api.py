@@ -11,8 +11,10 @@ from typing import Any
 
 #: name -> the module that defines it
 _EXPORTS = {
+    "ActResult": "remediation.remediate.act",
     "RemediateError": "remediation.remediate.errors",
     "ResetResult": "remediation.remediate.flow",
+    "act": "remediation.remediate.act",
     "check": "remediation.remediate.flow",
     "guards_from": "remediation.remediate.flow",
     "policy_from": "remediation.remediate.flow",

@@ -230,7 +230,7 @@ def make_plan(
 
     plans = []
     for h in hosts:
-        times = [a.at for a in state.attempts_on(h.host)]
+        times = sorted({a.at for a in state.attempts_on(h.host)})  # one action on several findings: one attempt
         used, left = guards.budget.used(times, now), guards.budget.left(times, now)
         windows = policy.windows_for(h.groups)
         if not h.probed:

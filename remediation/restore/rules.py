@@ -69,6 +69,7 @@ __all__ = [
     "Prefer",
     "choose_module_source",
     "decide",
+    "gpu_processes",
     "grub_default_for",
     "is_cordoned",
     "kernel_meta",
@@ -211,7 +212,7 @@ def _remap_failed(facts: HostFacts) -> bool:
     return any(g.remapped_rows is not None and g.remapped_rows.failure for g in facts.nvml.gpus)
 
 
-def _gpu_processes(facts: HostFacts) -> list[str]:
+def gpu_processes(facts: HostFacts) -> list[str]:
     """GPU work on the host: NVML's compute processes, and every process holding an NVIDIA device file open.
 
     The second source needs no NVML, so it still sees jobs when NVML fails (a driver/library mismatch leaves the
@@ -607,7 +608,7 @@ def _dpkg_locked(c: _Case) -> str | None:
 
 
 def _gpu_work(c: _Case) -> str | None:
-    procs = _gpu_processes(c.facts)
+    procs = gpu_processes(c.facts)
     if not procs or c.force:
         return None
     return "GPU compute processes running (" + "; ".join(procs[:4]) + "): pass --force to restore anyway"
