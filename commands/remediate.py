@@ -18,6 +18,7 @@ from commands import (
     require_confirmation,
     settings,
     under_project,
+    with_collections,
 )
 from remediation.core.exitcodes import ExitCode
 
@@ -43,6 +44,7 @@ def _settings(c: Any) -> tuple[Any, Path]:
     },
 )
 @edge
+@with_collections
 def remediate(  # type: ignore[no-untyped-def]
     c,
     fleet="gpu",

@@ -360,6 +360,8 @@ def act(
             for d in h.decisions:
                 if d.verdict is not Verdict.ESCALATE or d.stale or d.finding not in found:
                     continue
+                if any((e.host, e.finding) == (h.host, d.finding) for e in escalations):
+                    continue  # the same finding ID twice on a host (two GPUs): one packet, one page per key
                 seen = before.seen_as(h.host, d.finding, h.boot_id)
                 due = page_due(seen.decision if seen is not None else None)
                 e = _escalate(h.host, found[d.finding], facts, h.boot_id, d.why, due=due, cfg=cfg,

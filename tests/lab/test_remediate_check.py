@@ -1,6 +1,6 @@
 """`invoke remediate --check --format json` on lab hosts: the plan from a real audit (an S1 host, an ECC host, two
 fresh ones), with the default policy and guards; nothing changes on the hosts and no state is written. Without
---check the task refuses (acting is not built yet)."""
+--check or --yes, and no terminal to ask on, the task refuses. Acting: tests/lab/test_remediate_act_lab.py."""
 
 from __future__ import annotations
 
@@ -76,7 +76,8 @@ def test_check_prints_the_plan_as_a_document_and_changes_nothing(fleet, tmp_path
     assert "nothing was changed and the state was not written" in table.stdout
 
 
-def test_without_check_it_refuses_to_act(fleet, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+def test_without_check_or_yes_and_no_terminal_it_refuses_to_act(fleet, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
     r = invoke(fleet, tmp_path)
     assert r.returncode == 2
-    assert "acting is not built yet: run with --check" in r.stderr and r.stdout == ""
+    assert "remediate changes hosts and there is no terminal to confirm on: pass --yes" in r.stderr
+    assert r.stdout == "" and not any(tmp_path.rglob("*.json"))
