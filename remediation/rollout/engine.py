@@ -11,6 +11,9 @@ after the gate audit and undoes a host; the engine owns everything else, so ever
   of that batch whose journal shows its own work finished (applied, staged, reboot-required) is judged by the gate;
 - an undo that fails (or cannot reach its host) is reported per host with the state it left, never raised;
 - a lease another run holds at a renewal stops the run before the next batch;
+- a host whose journal of this change is unfinished (a run killed or cut short, an undo that failed) is left alone
+  with one line naming the journal and its undo, also where the plan has nothing to do on it (a run killed after
+  its own work took effect, before its journal said so): such a host is never reported unchanged;
 - hosts after a stop are not touched, and say why.
 
 The engine is generic over the plan item (``P``: a restore :class:`~remediation.restore.rules.Decision`, a
@@ -507,7 +510,11 @@ def run_rollout(
 
     for p in plan:
         if not change.changes(p):
-            record(Outcome(change.host_of(p), p, change.unchanged(p), detail=change.reason(p)))
+            host = change.host_of(p)
+            if host in blocks:  # an unfinished journal, even where nothing is to do now: it is never passed over
+                record(Outcome(host, p, Verdict.LEFT_ALONE, detail=blocks[host]))
+            else:
+                record(Outcome(host, p, change.unchanged(p), detail=change.reason(p)))
     early = (StopReason.NOTHING_TO_DO if not to_change else StopReason.PREVIEW if settings.dry_run
              else StopReason.DECLINED if confirm is not None and not confirm(plan) else None)
     if early is not None:
