@@ -45,11 +45,11 @@ from typing import Any
 import pytest
 
 from lab.faults import inject
-from remediation.audit import AuditOptions
-from remediation.inventory import load
+from remediation.host.audit import AuditOptions
 from remediation.restore.flow import HostStatus, RestoreOptions, driver_restore
 from remediation.rollout.journal import JOURNAL_PATH
 from remediation.rollout.lock import fleet_lock, host_leases
+from remediation.transport.inventory import load
 from tests.conftest import ROOT, make_lab, require_lab, ssh
 
 pytestmark = pytest.mark.lab
@@ -68,10 +68,10 @@ REBOOT_TIMEOUT = 30
 _CONTROLLER = r"""
 import sys, time
 from pathlib import Path
-from remediation.audit import AuditOptions
-from remediation.inventory import load
+from remediation.host.audit import AuditOptions
+from remediation.transport.inventory import load
 from remediation.restore.flow import RestoreHooks, RestoreOptions, driver_restore
-from remediation.runner import collections_first
+from remediation.transport.runner import collections_first
 
 root, inventory, state, marks = Path(sys.argv[1]), sys.argv[2], Path(sys.argv[3]), Path(sys.argv[4])
 hold, reboot_timeout = sys.argv[5], int(sys.argv[6])

@@ -15,10 +15,10 @@ from typing import Any
 
 import pytest
 
-from remediation.audit import AuditOptions
-from remediation.inventory import Host
+from remediation.host.audit import AuditOptions
 from remediation.rollout import engine
 from remediation.rollout.engine import Applied, ChangeKind, Outcome, RolloutSettings, StopReason, Verdict
+from remediation.transport.inventory import Host
 
 LINE = "the journal /var/lib/gpufleet/driver-restore/journal.json of run 'r1' is still 'running' ...: undo it with `x`"
 
