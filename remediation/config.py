@@ -335,6 +335,15 @@ class RemediateSettings:
     imds_endpoint: str = "http://169.254.169.254/metadata/scheduledevents"
     webhook_url: str = ""  # Alertmanager-compatible receiver of the escalation pages ("": no page, packets only)
     webhook_token: str = ""  # bearer token for webhook_url (sent over https or to loopback only)
+    # Blockers: firing alerts at this Alertmanager ("": not checked) whose label (one of alert_labels) names the host
+    alertmanager_url: str = ""
+    alert_labels: tuple[str, ...] = ("instance", "host", "node")
+    alertmanager_timeout_s: float = field(default=5.0, metadata=POSITIVE)  # unreachable or slower: blocked
+    # AKS hosts (inventory k8s_node_name): the cluster for the node's cordon and AKS node auto-repair
+    kubeconfig: str = ""  # "": $KUBECONFIG, else ~/.kube/config
+    kube_context: str = ""
+    kube_timeout_s: float = field(default=10.0, metadata=POSITIVE)
+    auto_repair_window_s: float = field(default=3600.0, metadata=POSITIVE)  # a recent auto-repair step blocks
     policy: dict[str, Any] = field(default_factory=dict)
 
 

@@ -5,12 +5,20 @@ It answers the requests the official ``kubernetes`` Python client sends for ``in
 - ``GET /api/v1/namespaces/{ns}/pods/{name}`` (404 ``Status`` when missing)
 - ``GET /api/v1/nodes``, ``GET /api/v1/pods`` and ``GET /api/v1/namespaces/{ns}/pods`` with ``fieldSelector``
   (``=``, ``==``, ``!=`` on ``spec.nodeName``, ``status.phase``, ``metadata.name``, ``metadata.namespace``)
-- ``GET /api/v1/namespaces/{ns}/events`` with ``fieldSelector`` on ``involvedObject.name`` / ``.kind``
+- ``GET /api/v1/namespaces/{ns}/events`` and ``GET /api/v1/events`` (all namespaces) with ``fieldSelector`` on
+  ``involvedObject.name`` / ``.kind``
+- ``GET /api/v1/nodes/{name}``, and ``PATCH /api/v1/nodes/{name}`` (cordon, labels, annotations) as a JSON merge
+  patch (``application/merge-patch+json``, RFC 7386: objects merge, ``null`` deletes, anything else replaces) or a
+  strategic merge patch (``application/strategic-merge-patch+json``: the same for the maps and scalars of a node's
+  ``metadata`` and ``spec``; a list, such as ``spec.taints``, is replaced whole here); a ``metadata.resourceVersion``
+  in the patch is a precondition (409 ``Conflict`` when the node has changed since); every change bumps it.
+  Another content type (a JSON patch, server-side apply) is 415
 - ``GET /version``
 
 as the real API server does: ``v1`` List objects with ``apiVersion``/``kind``/``metadata.resourceVersion``,
-``application/json``, ``Status`` objects for errors (401 without the bearer token, 404, 405 for anything but GET,
-400 for a field selector it cannot read). Only loopback addresses are served; each connection handles one request.
+``application/json``, ``Status`` objects for errors (401 without the bearer token, 404, 405 for a method a path does
+not take, 400 for a field selector it cannot read or a patch that is not a JSON object). Only loopback addresses are
+served; each connection handles one request.
 
 :func:`kubeconfig` writes a kubeconfig that points the client at it (``http://127.0.0.1:PORT``, a bearer token).
 :mod:`lab.services.k8s_scenarios` builds the clusters the tests and the demo load into it.
@@ -32,11 +40,26 @@ import yaml
 
 from lab.services import LoopbackService, require_loopback
 
-__all__ = ["FakeKubeApi", "kubeconfig"]
+__all__ = ["FakeKubeApi", "kubeconfig", "merge_patch"]
 
 _POD = re.compile(r"^/api/v1/namespaces/(?P<ns>[^/]+)/pods/(?P<name>[^/]+)$")
 _PODS_NS = re.compile(r"^/api/v1/namespaces/(?P<ns>[^/]+)/pods$")
 _EVENTS_NS = re.compile(r"^/api/v1/namespaces/(?P<ns>[^/]+)/events$")
+_NODE = re.compile(r"^/api/v1/nodes/(?P<name>[^/]+)$")
+_PATCH_TYPES = ("application/merge-patch+json", "application/strategic-merge-patch+json")
+
+
+def merge_patch(target: Any, patch: Any) -> Any:
+    """RFC 7386: ``patch`` applied to ``target`` (a new object; neither argument is changed)."""
+    if not isinstance(patch, Mapping):
+        return patch
+    out = dict(target) if isinstance(target, Mapping) else {}
+    for key, value in patch.items():
+        if value is None:
+            out.pop(key, None)
+        else:
+            out[key] = merge_patch(out.get(key), value)
+    return out
 
 
 def _field(obj: Mapping[str, Any], path: str) -> str:
@@ -89,12 +112,17 @@ class FakeKubeApi(LoopbackService):
     def _list(self, kind: str, items: list[dict[str, Any]]) -> dict[str, Any]:
         return {"kind": f"{kind}List", "apiVersion": "v1", "metadata": {"resourceVersion": "1000"}, "items": items}
 
-    def answer(self, method: str, target: str, authorization: str) -> tuple[int, dict[str, Any]]:
-        """(status, body) for one request; pure apart from the request log."""
+    def answer(
+        self, method: str, target: str, authorization: str, body: bytes = b"", content_type: str = ""
+    ) -> tuple[int, dict[str, Any]]:
+        """(status, body) for one request; pure apart from the request log and a node's patch."""
         with self._lock:
             self.requests.append(f"{method} {target}")
         if authorization != f"Bearer {self.token}":
             return 401, _status(401, "Unauthorized", "Unauthorized")
+        node_path = _NODE.match(urlsplit(target).path.rstrip("/"))
+        if node_path is not None and method in ("GET", "PATCH"):
+            return self._node(method, node_path["name"], body, content_type)
         if method != "GET":
             return 405, _status(405, "MethodNotAllowed", f"the server does not allow this method: {method}")
         url = urlsplit(target)
@@ -108,6 +136,8 @@ class FakeKubeApi(LoopbackService):
             return 200, {"major": "1", "minor": "30", "gitVersion": "v1.30.6", "platform": "linux/amd64"}
         if path == "/api/v1/nodes":
             return 200, self._list("Node", [n for n in self.nodes if _matches(n, terms)])
+        if path == "/api/v1/events":
+            return 200, self._list("Event", [e for e in self.events if _matches(e, terms)])
         if path == "/api/v1/pods":
             return 200, self._list("Pod", [p for p in self.pods if _matches(p, terms)])
         if m := _POD.match(path):
@@ -132,6 +162,41 @@ class FakeKubeApi(LoopbackService):
             return 200, self._list("Event", items)
         return 404, _status(404, "NotFound", "the server could not find the requested resource")
 
+    def _node(self, method: str, name: str, body: bytes, content_type: str) -> tuple[int, dict[str, Any]]:
+        with self._lock:
+            index = next((i for i, n in enumerate(self.nodes) if _field(n, "metadata.name") == name), None)
+            if index is None:
+                return 404, _status(404, "NotFound", f'nodes "{name}" not found', {"name": name, "kind": "nodes"})
+            current = self.nodes[index]
+            if method == "GET":
+                return 200, current
+            kind = content_type.split(";")[0].strip().lower()
+            if kind not in _PATCH_TYPES:
+                return 415, _status(415, "UnsupportedMediaType", f"the body of the request was in an unknown format"
+                                    f" - accepted media types include: {', '.join(_PATCH_TYPES)}")
+            try:
+                patch = json.loads(body or b"null")
+            except ValueError as exc:
+                return 400, _status(400, "BadRequest", f"error decoding patch: {exc}")
+            if not isinstance(patch, dict):
+                return 400, _status(400, "BadRequest", "the patch is not a JSON object")
+            have = str((current.get("metadata") or {}).get("resourceVersion") or "1")
+            want = (patch.get("metadata") or {}).get("resourceVersion")
+            if want is not None and str(want) != have:
+                return 409, _status(409, "Conflict", f'Operation cannot be fulfilled on nodes "{name}": the object '
+                                    "has been modified; please apply your changes to the latest version and try again",
+                                    {"name": name, "kind": "nodes"})
+            patched = merge_patch(current, patch)
+            patched.setdefault("metadata", {})["resourceVersion"] = str(int(have) + 1 if have.isdigit() else 2)
+            patched["metadata"]["name"] = name
+            self.nodes[index] = patched
+            return 200, patched
+
+    def node(self, name: str) -> dict[str, Any]:
+        """The node ``name`` as the stand-in holds it now."""
+        with self._lock:
+            return next(n for n in self.nodes if _field(n, "metadata.name") == name)
+
     def _handler(self) -> type[BaseHTTPRequestHandler]:
         api = self
 
@@ -139,7 +204,10 @@ class FakeKubeApi(LoopbackService):
             protocol_version = "HTTP/1.1"
 
             def _reply(self) -> None:
-                status, body = api.answer(self.command, self.path, self.headers.get("Authorization", ""))
+                length = int(self.headers.get("Content-Length") or 0)
+                sent = self.rfile.read(min(length, 1 << 20)) if length > 0 else b""
+                status, body = api.answer(self.command, self.path, self.headers.get("Authorization", ""), sent,
+                                          self.headers.get("Content-Type", ""))
                 data = json.dumps(body).encode()
                 self.send_response(status)
                 self.send_header("Content-Type", "application/json")

@@ -6,6 +6,7 @@ Python standard library (>= 3.8, Ubuntu 20.04's python3) and ``pynvml``, nothing
 - :mod:`remediation.hostside.gpuprobe`: the probe (facts JSON, the timer's Prometheus textfile, and the Ansible
   modules' ``module_utils``);
 - :mod:`remediation.hostside.hostlease`: the rollout lease on one host;
+- :mod:`remediation.hostside.hostcordon`: the cordon marker ``invoke remediate`` sets and removes on one host;
 - :mod:`remediation.hostside.sampler`: the GPU memory sampler (``invoke train.monitor``, role ``gpu_memory_log``);
 - :mod:`remediation.hostside.scheduled_events`: the VM's Azure Scheduled Events, read from its IMDS
   (:mod:`remediation.azure.scheduled_events`).
@@ -33,6 +34,7 @@ import zlib
 from pathlib import Path
 
 __all__ = [
+    "HOSTCORDON_PATH",
     "HOSTLEASE_PATH",
     "PROBE_PATH",
     "SAMPLER_PATH",
@@ -45,6 +47,7 @@ __all__ = [
 
 PROBE_PATH = Path(__file__).with_name("gpuprobe.py")
 HOSTLEASE_PATH = Path(__file__).with_name("hostlease.py")
+HOSTCORDON_PATH = Path(__file__).with_name("hostcordon.py")
 SAMPLER_PATH = Path(__file__).with_name("sampler.py")
 SCHEDULED_EVENTS_PATH = Path(__file__).with_name("scheduled_events.py")
 

@@ -92,10 +92,11 @@ class HostOutcome:
     actions: tuple[str, ...] = ()
     findings: tuple[str, ...] = ()  # the findings acted on
     attempt: str | None = None  # the outcome recorded: ok | transient | permanent | ambiguous
+    cordon: str = ""  # what became of this run's cordon (:mod:`remediation.remediate.hold`)
 
     def to_dict(self) -> dict[str, Any]:
         return {"status": self.status.value, "why": self.why, "actions": list(self.actions),
-                "findings": list(self.findings), "attempt": self.attempt}
+                "findings": list(self.findings), "attempt": self.attempt, "cordon": self.cordon}
 
 
 @dataclass(frozen=True)
@@ -157,12 +158,16 @@ def blocker(
     events: Any | None,
     *,
     events_checked: bool = True,
+    held: str | None = None,
 ) -> str | None:
     """Why the host must be left alone now, or None. ``events``: the host's Scheduled Events decision
-    (:class:`remediation.azure.scheduled_events.HostDecision`), None when it was not read."""
+    (:class:`remediation.azure.scheduled_events.HostDecision`), None when it was not read. ``held``: what
+    :meth:`remediation.remediate.hold.FleetHold.check` found (a cordon not ours, a firing alert, AKS auto-repair)."""
     if fresh is None or fresh.facts is None:
         detail = "no answer" if fresh is None else f"{fresh.status.value}: {fresh.error or 'no answer'}"
         return f"re-probe failed ({detail}): nothing is changed without a fresh probe"
+    if held:
+        return held
     if any(f.id == "GPU-APT-001" for f in fresh.findings) or fresh.facts.dpkg_lock.held:
         return "dpkg lock held (GPU-APT-001): transient, the next run retries"
     if events_checked:
@@ -238,16 +243,19 @@ class Ports:
     read_events: Callable[..., Mapping[str, Any]] | None = None
     send_page: Callable[..., Any] | None = None
     clock: Callable[[], _dt.datetime] = field(default=lambda: _dt.datetime.now(_dt.UTC))
+    hold: Callable[..., Any] | None = None  # makes the run's cordons and checks (hold.FleetHold)
 
     def filled(self) -> Ports:
         from remediation.azure.scheduled_events import read_events
         from remediation.escalation.page import send_page
         from remediation.host.audit import run_audit
         from remediation.host.harden import harden
+        from remediation.remediate.hold import FleetHold
         from remediation.restore.flow import driver_restore
 
         return Ports(self.audit or run_audit, self.harden or harden, self.restore or driver_restore,
-                     self.read_events or read_events, self.send_page or send_page, self.clock)
+                     self.read_events or read_events, self.send_page or send_page, self.clock,
+                     self.hold or FleetHold)
 
 
 def _escalate(
@@ -315,6 +323,11 @@ def act(
     if not cfg.webhook_url:
         notes.append("no page sent: remediate.webhook_url is empty (escalation packets are written)")
     notes.append("load gate: not built (the lab's NVML stand-in reports a set utilisation, it runs no load)")
+    from remediation.rollout.engine import new_run_id
+
+    assert p.hold is not None
+    hold = p.hold(cfg, hosts, options, new_run_id(), p.clock)  # its run id names the cordons this run sets
+    notes.extend(hold.notes)
 
     with locked(path):
         state = load(path, fleet)
@@ -350,8 +363,9 @@ def act(
                     outcomes[name] = HostOutcome(name, HostStatus.NOT_STARTED, f"the loop halted: {halted}")
                 continue
             state, halted = _batch(chunk, plans, by_name, inventory, options, cfg, p, state, path, outcomes,
-                                   gate_failed, endpoint, restore_options, allow_reboot, fleet)
+                                   gate_failed, endpoint, restore_options, allow_reboot, fleet, hold)
 
+        getattr(hold, "close", lambda: None)()
         escalations: list[Escalation] = []
         out_dir = path.parent / "escalations" / fleet
         for h in plan.hosts:
@@ -420,11 +434,17 @@ def _batch(
     restore_options: Any,
     allow_reboot: bool,
     fleet: str,
+    hold: Any = None,
 ) -> tuple[RemediateState, str | None]:
     """One batch: re-probe, blockers, act, gate, record. Returns the state and why the loop halts (or None)."""
     assert p.audit and p.harden and p.restore and p.read_events
     hosts = [by_name[n] for n in chunk]
     fresh = p.audit(hosts, options, fleet=fleet, inventory=str(inventory))
+    if hold is None:
+        from remediation.remediate.hold import NoHold
+
+        hold = NoHold()
+    held = hold.check(hosts)  # cordons not ours, firing alerts, AKS auto-repair
     events: Mapping[str, Any] = {}
     if endpoint:
         from remediation.azure.scheduled_events import decide_all, vm_name_of
@@ -443,11 +463,14 @@ def _batch(
             outcomes[name] = HostOutcome(name, HostStatus.GONE, f"re-probe: {', '.join(gone)} gone; nothing done",
                                          findings=gone)
             continue
-        why = blocker(kept, now_audit, events.get(name), events_checked=bool(endpoint))
+        why = blocker(kept, now_audit, events.get(name), events_checked=bool(endpoint), held=held.get(name))
         if why is not None:
             outcomes[name] = HostOutcome(name, HostStatus.BLOCKED, why, findings=tuple(d.finding for d in kept))
             continue
         to_act[name] = kept
+    for name, why in hold.cordon([by_name[n] for n in to_act], to_act).items():  # ours set before acting
+        outcomes[name] = HostOutcome(name, HostStatus.BLOCKED, why, findings=tuple(d.finding for d in to_act[name]))
+        del to_act[name]
     if not to_act:
         return state, None
 
@@ -478,7 +501,8 @@ def _batch(
         base = restore_options if restore_options is not None else RestoreOptions()
         opts = replace(base, allow_reboot=reboot, batch=len(restore_hosts), dry_run=False)
         try:
-            rr = p.restore([by_name[n] for n in restore_hosts], inventory, options, opts, fleet=fleet)
+            rr = p.restore([by_name[n] for n in restore_hosts], inventory, options, opts, fleet=fleet,
+                           run_id=hold.run_id)  # the run's own cordon is not someone else's to the restore
             for n in restore_hosts:
                 try:
                     o = rr.outcome(n)
@@ -527,4 +551,9 @@ def _batch(
             gate_failed[name] = (kept, None, why)
         halted = halted or f"{name}: {why}"
     save(path, state)
+    # this run's cordon: lifted after a passed gate or an action that did not start; kept on a failed host
+    lift = [n for n in to_act if outcomes[n].status is HostStatus.FIXED or outcomes[n].attempt == "transient"]
+    lifted = hold.release([by_name[n] for n in lift])
+    for name in to_act:
+        outcomes[name] = replace(outcomes[name], cordon=lifted.get(name) or hold.kept(name))
     return state, halted

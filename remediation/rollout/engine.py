@@ -486,7 +486,7 @@ def run_rollout(
     run_id = run_id or new_run_id()
     before = run_audit(hosts, audit_options, fleet=fleet, inventory=str(inventory))
     probed = [h for h in hosts if before.host(h.name).probed]
-    cordon = cordon_markers(probed, audit_options)
+    cordon = cordon_markers(probed, audit_options, own_run=run_id)
     spec = change.spec
     blocks = journal_blocks(probed, audit_options, inventory, path=spec.journal_path, playbook=spec.playbook,
                             role=spec.role)

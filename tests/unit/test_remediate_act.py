@@ -26,6 +26,7 @@ from remediation.remediate.act import (
     started,
 )
 from remediation.remediate.guards import Outcome
+from remediation.remediate.hold import NoHold
 from remediation.remediate.plan import Decision, Verdict
 from remediation.remediate.policy import Action
 from remediation.remediate.state import RemediateState, load, state_path
@@ -159,7 +160,8 @@ class Fleet:
         return SimpleNamespace(delivered=True, status=200, error=None)
 
     def ports(self) -> Ports:
-        return Ports(self.audit, self.harden, None, self.read_events, self.send, clock=lambda: NOW)
+        return Ports(self.audit, self.harden, None, self.read_events, self.send, clock=lambda: NOW,
+                     hold=lambda *a, **kw: NoHold())
 
 
 def run(fleet: Fleet, tmp: Path, **cfg: Any) -> Any:
