@@ -18,7 +18,7 @@ from lab.services.alertmanager import FakeAlertmanager
 from tests.conftest import ROOT, make_lab, require_lab
 
 pytestmark = pytest.mark.lab
-PREFIX = "127.0.97"
+PREFIX = "127.0.99"
 MARKER = "/etc/gpufleet/cordoned"
 FOREIGN = "ops (jane): HBM errors under investigation, ticket INC-4411\n"
 
