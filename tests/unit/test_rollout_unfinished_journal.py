@@ -17,7 +17,7 @@ import pytest
 
 from remediation.host.audit import AuditOptions
 from remediation.rollout import engine
-from remediation.rollout.engine import Applied, ChangeKind, Outcome, RolloutSettings, StopReason, Verdict
+from remediation.rollout.engine import Applied, ChangeKind, ChangeSpec, Outcome, RolloutSettings, StopReason, Verdict
 from remediation.transport.inventory import Host
 
 LINE = "the journal /var/lib/gpufleet/driver-restore/journal.json of run 'r1' is still 'running' ...: undo it with `x`"
@@ -26,10 +26,8 @@ LINE = "the journal /var/lib/gpufleet/driver-restore/journal.json of run 'r1' is
 class _Nothing:
     """A change with nothing to do on any host (every host healthy now)."""
 
-    kind = ChangeKind.DRIVER_RESTORE
-    journal_path = "/var/lib/gpufleet/driver-restore/journal.json"
-    playbook = "gpufleet.remediation.driver_restore"
-    role = "nvidia_driver_restore"
+    spec = ChangeSpec(ChangeKind.DRIVER_RESTORE, "/var/lib/gpufleet/driver-restore/journal.json",
+                      "gpufleet.remediation.driver_restore", "nvidia_driver_restore")
 
     def plan(self, before: Any, hosts: Sequence[Host], cordon: Mapping[str, str | None], blocks: Mapping[str, str],
              run_id: str) -> tuple[str, ...]:
