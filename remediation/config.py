@@ -335,7 +335,18 @@ class RemediateSettings:
     imds_endpoint: str = "http://169.254.169.254/metadata/scheduledevents"
     webhook_url: str = ""  # Alertmanager-compatible receiver of the escalation pages ("": no page, packets only)
     webhook_token: str = ""  # bearer token for webhook_url (sent over https or to loopback only)
+    # The gate under load after each action (remediation.remediate.loadgate): required | when-available | off
+    load_gate: str = "when-available"
+    load_gate_seconds: float = field(default=5.0, metadata=POSITIVE)  # the load's length (at most 30 s)
     policy: dict[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if str(self.load_gate).strip().lower() not in ("required", "when-available", "off"):
+            raise UsageError(f"setting remediate.load_gate {self.load_gate!r}: give required, when-available or off;"
+                             " fix it in invoke.yaml")
+        if self.load_gate_seconds > 30:
+            raise UsageError(f"setting remediate.load_gate_seconds {self.load_gate_seconds:g}: at most 30 seconds;"
+                             " fix it in invoke.yaml")
 
 
 def _check_lock_ttl(ttl_s: float, section: str) -> None:
