@@ -119,9 +119,10 @@ def judge(host: str, doc: Mapping[str, Any], mode: LoadMode, min_util: int = MIN
     if problems:
         return LoadVerdict(host, LoadResult.FAILED, "load gate: " + "; ".join(problems[:3]), tool)
     peaks = [max(int(s["util_gpu"]) for s in g["samples"] if isinstance(s.get("util_gpu"), int)) for g in gpus]
+    peak = f"{min(peaks)}" if min(peaks) == max(peaks) else f"{min(peaks)}-{max(peaks)}"
     return LoadVerdict(host, LoadResult.PASSED,
                        f"load gate passed: {len(gpus)} GPU(s) under {tool} load for {doc.get('seconds', '?')} s, "
-                       f"NVML answered, peak utilisation {min(peaks)}-{max(peaks)} %, no Xid", tool)
+                       f"NVML answered, peak utilisation {peak} %, no Xid", tool)
 
 
 def verdict_of(run: HostRun, mode: LoadMode) -> LoadVerdict:
