@@ -23,6 +23,7 @@ FAULTS = (
     "secure-boot",
     "dkms-build-fail",
     "new-kernel-panic",
+    "fails-under-load",
 )
 
 

@@ -50,7 +50,7 @@ class Scene:
 
 #: Scene modules in the order the demo plays them.
 SCENE_MODULES: tuple[str, ...] = (
-    "demo.s1_driver", "demo.kernel_update", "demo.train", "demo.azure", "demo.k8s", "demo.aoai"
+    "demo.s1_driver", "demo.kernel_update", "demo.train", "demo.azure", "demo.k8s", "demo.aoai", "demo.remediate"
 )
 
 

@@ -4,7 +4,7 @@ Software faults act inside the host with its own tools (the real ``unattended-up
 hardware faults change the host's GPU state (``hw/gpus``) and write what the kernel would log.
 ``lab.clear`` undoes all of them by returning the host to its freshly built state.
 
-``LATENT`` faults show nothing until the host next meets them (a reboot, a kernel install): they are kept
+``LATENT`` faults show nothing until the host next meets them (a reboot, a kernel install, a GPU load): they are kept
 apart from ``FAULTS``, the audit's fault matrix, because a host that has one still audits healthy.
 """
 
@@ -252,6 +252,18 @@ def new_kernel_panic(lab: Lab, host: str) -> str:
     return f"kernels newer than {booted} panic at boot (VFS: Unable to mount root fs)"
 
 
+def fails_under_load(lab: Lab, host: str) -> str:
+    """GPU 0 answers NVML while idle and is lost under load ("healthy after reboot" that fails under load): with
+    the lab NVML's load hook on (``/run/gpulab/load``, written by the load gate's host program) every call on it
+    returns ``NVML_ERROR_GPU_IS_LOST``. Idle, the host audits healthy."""
+
+    def change(s: hardware.State) -> str:
+        s["gpu.0.fail_under_load"] = "1"
+        return "GPU 0 is lost whenever it is under load (idle, it answers NVML)"
+
+    return _hw(lab, host, change)
+
+
 FAULTS: dict[str, Callable[[Lab, str], str]] = {
     "kernel-upgrade": kernel_upgrade,
     "driver-mismatch": driver_mismatch,
@@ -269,6 +281,7 @@ LATENT: dict[str, Callable[[Lab, str], str]] = {
     "secure-boot": secure_boot,
     "dkms-build-fail": dkms_build_fail,
     "new-kernel-panic": new_kernel_panic,
+    "fails-under-load": fails_under_load,
 }
 # Conditions that are not faults (a healthy host shows them too) but that guards must see.
 WORKLOADS: dict[str, Callable[[Lab, str], str]] = {

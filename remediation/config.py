@@ -344,7 +344,18 @@ class RemediateSettings:
     kube_context: str = ""
     kube_timeout_s: float = field(default=10.0, metadata=POSITIVE)
     auto_repair_window_s: float = field(default=3600.0, metadata=POSITIVE)  # a recent auto-repair step blocks
+    # The gate under load after each action (remediation.remediate.loadgate): required | when-available | off
+    load_gate: str = "when-available"
+    load_gate_seconds: float = field(default=5.0, metadata=POSITIVE)  # the load's length (at most 30 s)
     policy: dict[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if str(self.load_gate).strip().lower() not in ("required", "when-available", "off"):
+            raise UsageError(f"setting remediate.load_gate {self.load_gate!r}: give required, when-available or off;"
+                             " fix it in invoke.yaml")
+        if self.load_gate_seconds > 30:
+            raise UsageError(f"setting remediate.load_gate_seconds {self.load_gate_seconds:g}: at most 30 seconds;"
+                             " fix it in invoke.yaml")
 
 
 def _check_lock_ttl(ttl_s: float, section: str) -> None:

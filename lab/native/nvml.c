@@ -65,6 +65,16 @@
  *                                     handle to it return NVML_ERROR_GPU_IS_LOST (15)
  *     gpu.<i>.procs                   compute processes, "pid:used_bytes:name;pid:used_bytes:name"
  *                                     (at most 64; the name may contain ':'; may be empty)
+ *     gpu.<i>.fail_under_load         1: while the load hook is on (<dir>/load), the GPU behaves as lost
+ *                                     (NVML_ERROR_GPU_IS_LOST); idle, it looks healthy (the lab's
+ *                                     fails-under-load fault: "healthy after reboot" that fails under load)
+ *   <dir>/load      The lab's load hook (no GPU here to run a kernel on): "key=value" lines written by the
+ *                   load gate's host program (remediation/hostside/gpuload.py) for the length of its load.
+ *                   until=<unix seconds>   the load is on while now < until (a crashed writer's file expires);
+ *                   util_gpu=<pct>         utilisation reported while on (default 100);
+ *                   util_memory=<pct>      memory utilisation reported while on (default 45).
+ *                   Read by nvmlDeviceGetUtilizationRates and, for a GPU with fail_under_load, by every call.
+ *                   gpulabLoadHookVersion() (a lab-only symbol) returns 1: how a program knows the hook is there.
  *
  * Besides gpu.<i>.procs, every process of the host that holds /dev/nvidia<i> open (a job started on the
  * host, see the lab's gpu-job fault) is a compute process of GPU <i>, as the real driver reports a process
@@ -82,6 +92,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 #ifndef GPULAB_DRIVER_VERSION
@@ -236,7 +247,7 @@ struct gpulab_device {
     unsigned int retired[2];      /* [cause] */
     unsigned int retired_pending, page_retirement_supported;
     unsigned int remap_corr, remap_unc, remap_pending, remap_failure;
-    unsigned int persistence, pstate, lost;
+    unsigned int persistence, pstate, lost, fail_under_load;
     unsigned int nprocs;
     struct gpulab_proc procs[GPULAB_MAX_PROCS];
 };
@@ -450,6 +461,7 @@ static void set_device_key(struct gpulab_device *g, const char *k, char *v)
     else if (!strcmp(k, "persistence_mode")) g->persistence = parse_u32(v) ? 1 : 0;
     else if (!strcmp(k, "pstate")) { unsigned int p = parse_u32(v); g->pstate = p <= 15 ? p : 32; }
     else if (!strcmp(k, "lost")) g->lost = parse_u32(v) ? 1 : 0;
+    else if (!strcmp(k, "fail_under_load")) g->fail_under_load = parse_u32(v) ? 1 : 0;
     else if (!strcmp(k, "procs")) parse_procs(g, v);
     /* anything else: ignored */
 }
@@ -542,6 +554,59 @@ static void refresh_hw(void)
     commit_hw();
 }
 
+/* The load hook: <dir>/load read now (see STATE FILES).  Off when missing, unreadable or expired. */
+struct gpulab_load {
+    int on;
+    unsigned int util_gpu, util_mem;
+};
+
+static void read_load(struct gpulab_load *l)
+{
+    char path[4096];
+    FILE *f;
+    char *line = NULL;
+    size_t cap = 0;
+    unsigned long long until = 0;
+    l->on = 0;
+    l->util_gpu = 100;
+    l->util_mem = 45;
+    state_path(path, sizeof(path), "load");
+    f = fopen(path, "re");
+    if (!f)
+        return;
+    while (getline(&line, &cap, f) != -1) {
+        char *s = trim(line), *eq = strchr(s, '='), *k, *v;
+        unsigned int u;
+        if (!eq)
+            continue;
+        *eq = '\0';
+        k = trim(s);
+        v = trim(eq + 1);
+        u = parse_u32(v);
+        if (!strcmp(k, "until"))
+            until = parse_u64(v);
+        else if (!strcmp(k, "util_gpu"))
+            l->util_gpu = u > 100 ? 100 : u;
+        else if (!strcmp(k, "util_memory"))
+            l->util_mem = u > 100 ? 100 : u;
+    }
+    free(line);
+    fclose(f);
+    l->on = until > (unsigned long long)time(NULL);
+}
+
+/* A GPU with fail_under_load is lost while the load hook is on. */
+static int lost_now(const struct gpulab_device *g)
+{
+    struct gpulab_load l;
+    if (g->lost)
+        return 1;
+    if (!g->fail_under_load)
+        return 0;
+    read_load(&l);
+    return l.on;
+}
+
 /* 0: module loaded and matching; otherwise an NVML error */
 static nvmlReturn_t check_module(void)
 {
@@ -621,7 +686,7 @@ static nvmlReturn_t dev_enter(nvmlDevice_t d, struct gpulab_device **g)
         return r;
     if (!valid_handle(d))
         return leave(NVML_ERROR_INVALID_ARGUMENT);
-    if (d->lost)
+    if (lost_now(d))
         return leave(NVML_ERROR_GPU_IS_LOST);
     *g = d;
     return NVML_SUCCESS;
@@ -784,7 +849,7 @@ API nvmlReturn_t nvmlDeviceGetCount(unsigned int *deviceCount) { return nvmlDevi
 
 static nvmlReturn_t hand_out(struct gpulab_device *g, nvmlDevice_t *device)
 {
-    if (g->lost)
+    if (lost_now(g))
         return leave(NVML_ERROR_GPU_IS_LOST);
     *device = g;
     return leave(NVML_SUCCESS);
@@ -1084,8 +1149,12 @@ API nvmlReturn_t nvmlDeviceGetUtilizationRates(nvmlDevice_t device, nvmlUtilizat
 {
     DEV_ENTER(device, g);
     OUT_ARG(utilization);
-    utilization->gpu = g->util_gpu;
-    utilization->memory = g->util_mem;
+    {
+        struct gpulab_load l;
+        read_load(&l);
+        utilization->gpu = l.on && l.util_gpu > g->util_gpu ? l.util_gpu : g->util_gpu;
+        utilization->memory = l.on && l.util_mem > g->util_mem ? l.util_mem : g->util_mem;
+    }
     return leave(NVML_SUCCESS);
 }
 
@@ -1415,4 +1484,11 @@ API nvmlReturn_t gpulabGetPciBusIdLegacyByIndex(unsigned int index, char *busId,
         return leave(NVML_ERROR_INVALID_ARGUMENT);
     fmt_bus_id_legacy(&g_hw.dev[index], buf, sizeof(buf));
     return leave(copy_out(busId, length, buf));
+}
+
+/* The load hook's version (see STATE FILES, <dir>/load): its presence tells a program that this NVML is the
+ * lab's and that writing <dir>/load stands for running a load on the GPUs.  Needs no init. */
+API unsigned int gpulabLoadHookVersion(void)
+{
+    return 1;
 }

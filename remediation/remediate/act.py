@@ -14,7 +14,9 @@ hosts with an ``auto`` decision, in batches no larger than the in-flight cap -> 
    ``allow_reboot`` only when the plan allowed the reboot (a maintenance window open, or ``--allow-reboot``). Each
    attempt is saved in the state *before* the action (no verdict: in flight), then again with its outcome;
 4. **gate**: a re-audit of the acted hosts: the finding gone, NVML answers, the driver the inventory expects
-   (``nvidia_driver_expected_version``). A failed gate halts the loop (no further batch) and escalates that host.
+   (``nvidia_driver_expected_version``); then, on the hosts that passed, the gate under load
+   (:mod:`~remediation.remediate.loadgate`: a short GPU load with NVML watched during it, per
+   ``remediate.load_gate``). A failed gate halts the loop (no further batch) and escalates that host.
 
 Then every ``escalate`` decision, and every host whose gate failed, gets an escalation packet under
 ``<state dir>/remediate/escalations/<fleet>/`` and, when a webhook is configured, a page; a finding already decided
@@ -44,6 +46,7 @@ from remediation.remediate.state import Attempt, RemediateState, load, locked, s
 if TYPE_CHECKING:
     from remediation.config import RemediateSettings
     from remediation.host.audit import AuditOptions, AuditResult, HostAudit
+    from remediation.remediate.loadgate import LoadVerdict
     from remediation.transport.inventory import Host
 
 __all__ = ["ActResult", "Escalation", "HostOutcome", "HostStatus", "Ports", "act", "batches", "blocker", "gate",
@@ -185,9 +188,11 @@ def blocker(
     return None
 
 
-def gate(host_vars: Mapping[str, Any], after: HostAudit | None, findings: Iterable[str]) -> tuple[bool | None, str]:
+def gate(host_vars: Mapping[str, Any], after: HostAudit | None, findings: Iterable[str],
+         load: LoadVerdict | None = None) -> tuple[bool | None, str]:
     """The health gate after an action: True (passed), False (failed) or None (no verdict: the host could not be
-    probed), and why."""
+    probed, or the load program gave no answer), and why. ``load``: the gate under load's verdict (None: not run,
+    as when the checks before it failed)."""
     if after is None or after.facts is None:
         why = "no answer" if after is None else f"{after.status.value}: {after.error or 'no answer'}"
         return None, f"gate: the re-audit could not probe the host ({why})"
@@ -200,8 +205,15 @@ def gate(host_vars: Mapping[str, Any], after: HostAudit | None, findings: Iterab
     expected = host_vars.get("nvidia_driver_expected_version")
     if expected and nvml.driver_version != str(expected):
         return False, f"gate: driver {nvml.driver_version or '?'} loaded, {expected} expected"
-    return True, f"gate passed: {', '.join(sorted(set(findings)))} gone, NVML answers (driver " \
-                 f"{nvml.driver_version or '?'})"
+    passed = f"gate passed: {', '.join(sorted(set(findings)))} gone, NVML answers (driver " \
+             f"{nvml.driver_version or '?'})"
+    if load is not None:
+        if load.passed is None:
+            return None, f"gate: {load.why}"
+        if load.passed is False:
+            return False, f"gate: {load.why}"
+        return True, f"{passed}; {load.why}"
+    return True, passed
 
 
 def started(state: RemediateState, host: str, boot_id: str | None, decisions: Sequence[Decision],
@@ -244,6 +256,7 @@ class Ports:
     send_page: Callable[..., Any] | None = None
     clock: Callable[[], _dt.datetime] = field(default=lambda: _dt.datetime.now(_dt.UTC))
     hold: Callable[..., Any] | None = None  # makes the run's cordons and checks (hold.FleetHold)
+    load: Callable[..., Mapping[str, LoadVerdict]] | None = None  # the gate under load (loadgate.run_load)
 
     def filled(self) -> Ports:
         from remediation.azure.scheduled_events import read_events
@@ -251,11 +264,12 @@ class Ports:
         from remediation.host.audit import run_audit
         from remediation.host.harden import harden
         from remediation.remediate.hold import FleetHold
+        from remediation.remediate.loadgate import run_load
         from remediation.restore.flow import driver_restore
 
         return Ports(self.audit or run_audit, self.harden or harden, self.restore or driver_restore,
                      self.read_events or read_events, self.send_page or send_page, self.clock,
-                     self.hold or FleetHold)
+                     self.hold or FleetHold, self.load or run_load)
 
 
 def _escalate(
@@ -322,7 +336,12 @@ def act(
         notes.append("Azure Scheduled Events not checked (remediate.imds_endpoint is empty: hosts not on Azure)")
     if not cfg.webhook_url:
         notes.append("no page sent: remediate.webhook_url is empty (escalation packets are written)")
-    notes.append("load gate: not built (the lab's NVML stand-in reports a set utilisation, it runs no load)")
+    from remediation.remediate.loadgate import load_mode
+
+    notes.append({"required": "load gate: required (a host with no load tool fails its gate)",
+                  "when-available": "load gate: when available (a host with no load tool is gated on NVML and the "
+                                    "driver only, and says so)",
+                  "off": "load gate: off (remediate.load_gate: off)"}[load_mode(cfg.load_gate).value])
     from remediation.rollout.engine import new_run_id
 
     assert p.hold is not None
@@ -521,6 +540,7 @@ def _batch(
 
     acted = [n for n in to_act if n not in verdict]
     after = p.audit([by_name[n] for n in acted], options, fleet=fleet, inventory=str(inventory)) if acted else None
+    loads = _under_load(acted, after, to_act, by_name, cfg, p)
     halted: str | None = None
     for name, kept in to_act.items():
         actions = tuple(sorted({d.action.value for d in kept if d.action}))
@@ -533,7 +553,7 @@ def _batch(
                 host_after: HostAudit | None = after.host(name)
             except KeyError:
                 host_after = None
-            passed, why = gate(by_name[name].vars, host_after, ids)
+            passed, why = gate(by_name[name].vars, host_after, ids, loads.get(name))
             ok = bool(passed)
             outcome = None if passed else classify_failure(started=True, finished=passed is not None)
             if not passed:
@@ -557,3 +577,23 @@ def _batch(
     for name in to_act:
         outcomes[name] = replace(outcomes[name], cordon=lifted.get(name) or hold.kept(name))
     return state, halted
+
+
+def _under_load(acted: Sequence[str], after: AuditResult | None, to_act: Mapping[str, Sequence[Decision]],
+                by_name: Mapping[str, Host], cfg: RemediateSettings, p: Ports) -> Mapping[str, LoadVerdict]:
+    """The gate under load on the acted hosts whose re-audit gate passed (all at once, one round trip each)."""
+    from remediation.remediate.loadgate import LoadMode, load_mode
+
+    mode = load_mode(cfg.load_gate)
+    if after is None or mode is LoadMode.OFF or p.load is None:
+        return {}
+    ready = []
+    for name in acted:
+        try:
+            host_after: HostAudit | None = after.host(name)
+        except KeyError:
+            continue
+        if gate(by_name[name].vars, host_after, tuple(d.finding for d in to_act[name]))[0]:
+            ready.append(by_name[name])
+    return p.load(ready, mode=mode, seconds=cfg.load_gate_seconds) if ready else {}
+

@@ -140,6 +140,8 @@ class Fleet:
         self.hardened: list[list[str]] = []
         self.pages: list[dict[str, Any]] = []
         self.events: dict[str, str] = {}
+        self.load_fails: dict[str, str] = {}  # host -> the NVML error its GPU 0 shows under load
+        self.loaded: list[list[str]] = []
 
     def audit(self, hosts: Any, options: Any, **kw: Any) -> AuditResult:
         audits = tuple(audit_of(h.name, *self.findings[h.name], boot=f"boot-{h.name}") for h in hosts)
@@ -159,9 +161,19 @@ class Fleet:
         self.pages.append(payload)
         return SimpleNamespace(delivered=True, status=200, error=None)
 
+    def load(self, hosts: Any, mode: Any, seconds: float) -> Any:
+        from remediation.remediate.loadgate import judge
+
+        self.loaded.append([h.name for h in hosts])
+        sample = {"t": 0.5, "util_gpu": 100, "error": None}
+        docs = {h.name: {"tool": "lab", "seconds": seconds, "gpus": [{"index": 0, "samples": [
+            {**sample, "util_gpu": None, "error": self.load_fails[h.name]} if h.name in self.load_fails else sample]}]}
+            for h in hosts}
+        return {name: judge(name, doc, mode) for name, doc in docs.items()}
+
     def ports(self) -> Ports:
         return Ports(self.audit, self.harden, None, self.read_events, self.send, clock=lambda: NOW,
-                     hold=lambda *a, **kw: NoHold())
+                     hold=lambda *a, **kw: NoHold(), load=self.load)
 
 
 def run(fleet: Fleet, tmp: Path, **cfg: Any) -> Any:
