@@ -28,11 +28,13 @@ def _library(module: str) -> Any:
 
 
 def gpufleet_restore_decision(doc, host, host_vars, prefer="rebuild", force=False, cordon_marker=None,
-                              module_source="auto"):
+                              module_source="auto", own_run=None):
     checks = _library("remediation.core.checks")
     facts_from_dict = _library("remediation.core.facts").facts_from_dict
     decide = _library("remediation.restore.rules").decide
 
+    # The marker of the remediate run this restore runs for is not a cordon against it (rollout.cordon's rule).
+    cordon_marker = _library("remediation.rollout.cordon").foreign_marker(cordon_marker, own_run or None)
     facts = facts_from_dict(doc, host=host)
     expected = host_vars.get("nvidia_driver_expected_version") or None
     count = host_vars.get("gpu_expected_count")

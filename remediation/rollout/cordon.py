@@ -16,7 +16,7 @@ if TYPE_CHECKING:
     from remediation.host.audit import AuditOptions
     from remediation.transport.inventory import Host
 
-__all__ = ["CORDON_MARKER", "REMEDIATE_OWNER", "cordon_markers", "marker_record"]
+__all__ = ["CORDON_MARKER", "REMEDIATE_OWNER", "cordon_markers", "foreign_marker", "marker_record"]
 
 #: Present on a host: it is cordoned; its first line says who and why (shown in the plan).
 CORDON_MARKER = "/etc/gpufleet/cordoned"
@@ -36,6 +36,15 @@ def marker_record(text: str | None) -> dict[str, Any] | None:
     return doc if isinstance(doc, dict) and isinstance(doc.get("owner"), str) else None
 
 
+def foreign_marker(text: str | None, own_run: str | None) -> str | None:
+    """The marker's text when it cordons the host for this change, None when it is the marker of remediate run
+    ``own_run`` (the run this change runs for). The controller and the roles' re-check use this one rule."""
+    record = marker_record(text)
+    if own_run and record is not None and record.get("owner") == REMEDIATE_OWNER and record.get("run_id") == own_run:
+        return None
+    return text
+
+
 def cordon_markers(hosts: Sequence[Host], options: AuditOptions, *, own_run: str | None = None
                    ) -> dict[str, str | None]:
     """host -> the marker's first 400 bytes when the host is cordoned, None when it is not (or did not answer).
@@ -48,10 +57,7 @@ def cordon_markers(hosts: Sequence[Host], options: AuditOptions, *, own_run: str
     for name, run in runs.runs.items():
         if run.status is Status.OK and run.stdout.startswith(_SEEN):
             out[name] = run.stdout.split("\n", 1)[1] if "\n" in run.stdout else ""
-            record = marker_record(out[name])
-            if own_run and record is not None and record.get("owner") == REMEDIATE_OWNER \
-                    and record.get("run_id") == own_run:
-                out[name] = None
+            out[name] = foreign_marker(out[name], own_run)
         else:
             out[name] = None
     return out

@@ -126,6 +126,29 @@ def test_cordoned_hosts_are_left_alone() -> None:
     assert d.action is Action.SKIP and "alice" in (d.blocked or "")
 
 
+
+def test_the_roles_recheck_does_not_take_this_runs_own_remediate_marker_for_a_cordon() -> None:
+    """The collection's filter (the role's re-check on the host) applies rollout.cordon's rule: the marker the
+    remediate run wrote for this very restore run is no cordon; any other marker still is."""
+    import importlib.util
+
+    from tests.conftest import ROOT
+
+    spec = importlib.util.spec_from_file_location("restore_filter", ROOT / "plugins" / "filter" / "restore.py")
+    assert spec is not None and spec.loader is not None
+    plugin = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(plugin)
+    ours = json.dumps({"owner": "gpufleet-remediate", "run_id": "run-1", "reason": "GPU-DRV-001"}) + "\n"
+
+    def decision(marker: str | None, own_run: str | None) -> dict[str, Any]:
+        return plugin.gpufleet_restore_decision(_module_missing(), "gpu-1", VARS, "rebuild", False, marker, "auto",
+                                                own_run)
+
+    assert decision(ours, "run-1")["blocked"] is None
+    for marker, run in ((ours, "run-2"), (ours, None), ("maintenance by alice\n", "run-1"),
+                        (json.dumps({"owner": "nvsentinel", "run_id": "run-1"}), "run-1")):
+        assert decision(marker, run)["action"] == Action.SKIP.value, (marker, run)
+
 def test_driver_not_installed_installs_expected_version_or_refuses_without_one() -> None:
     doc = copy.deepcopy(_module_missing())
     doc["nvml"]["error_class"] = "library_not_found"
