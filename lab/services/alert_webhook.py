@@ -25,6 +25,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 from lab.services import LoopbackService, require_loopback
+from lab.services.jsonhttp import json_handler
 
 __all__ = ["AlertReceiver", "Page", "validate_payload"]
 
@@ -130,27 +131,5 @@ class AlertReceiver(LoopbackService):
         return status, {"status": "error", "error": why}
 
     def _handler(self) -> type[BaseHTTPRequestHandler]:
-        rx = self
-
-        class Handler(BaseHTTPRequestHandler):
-            protocol_version = "HTTP/1.1"
-
-            def _reply(self) -> None:
-                length = int(self.headers.get("Content-Length") or 0)
-                body = self.rfile.read(min(length, MAX_BODY)) if length > 0 else b""
-                status, doc = rx.answer(self.command, self.path, self.headers.get("Authorization", ""), body)
-                data = json.dumps(doc).encode()
-                self.send_response(status)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(data)))
-                self.send_header("Connection", "close")
-                self.end_headers()
-                self.wfile.write(data)
-                self.close_connection = True
-
-            do_GET = do_POST = do_PUT = do_PATCH = do_DELETE = _reply
-
-            def log_message(self, format: str, *args: Any) -> None:
-                pass
-
-        return Handler
+        return json_handler(lambda method, path, headers, body: self.answer(
+            method, path, headers.get("authorization", ""), body), max_body=MAX_BODY)

@@ -25,6 +25,7 @@ from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
 from lab.services import LoopbackService, require_loopback
+from lab.services.jsonhttp import json_handler
 
 __all__ = ["FakeAlertmanager"]
 
@@ -128,25 +129,4 @@ class FakeAlertmanager(LoopbackService):
         return 200, out
 
     def _handler(self) -> type[BaseHTTPRequestHandler]:
-        am = self
-
-        class Handler(BaseHTTPRequestHandler):
-            protocol_version = "HTTP/1.1"
-
-            def _reply(self) -> None:
-                status, body = am.answer(self.command, self.path)
-                data = json.dumps(body).encode()
-                self.send_response(status)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(data)))
-                self.send_header("Connection", "close")
-                self.end_headers()
-                self.wfile.write(data)
-                self.close_connection = True
-
-            do_GET = do_POST = do_PUT = do_DELETE = _reply
-
-            def log_message(self, format: str, *args: Any) -> None:
-                pass
-
-        return Handler
+        return json_handler(lambda method, path, headers, body: self.answer(method, path))

@@ -37,13 +37,14 @@ import email.utils
 import json
 import threading
 import uuid
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 from urllib.parse import parse_qsl, urlsplit
 
 from lab.services import LoopbackService, require_loopback
+from lab.services.jsonhttp import json_handler
 
 __all__ = ["API_VERSIONS", "EVENT_TYPES", "PATH", "FakeImds", "ImdsEvent", "rfc1123"]
 
@@ -262,28 +263,8 @@ class FakeImds(LoopbackService):
         return 200, {}, parsed
 
     def _handler(self) -> type[BaseHTTPRequestHandler]:
-        imds = self
+        def answer(method: str, path: str, headers: Mapping[str, str], body: bytes) -> tuple[int, Any]:
+            status, doc = self.answer(method, path, dict(headers), body)
+            return status, doc if doc or status != 200 else None
 
-        class Handler(BaseHTTPRequestHandler):
-            protocol_version = "HTTP/1.1"
-
-            def _reply(self) -> None:
-                length = int(self.headers.get("Content-Length") or 0)
-                body = self.rfile.read(min(length, MAX_BODY)) if length > 0 else b""
-                headers = {k.lower(): v for k, v in self.headers.items()}
-                status, doc = imds.answer(self.command, self.path, headers, body)
-                data = json.dumps(doc).encode() if doc or status != 200 else b""
-                self.send_response(status)
-                self.send_header("Content-Type", "application/json; charset=utf-8")
-                self.send_header("Content-Length", str(len(data)))
-                self.send_header("Connection", "close")
-                self.end_headers()
-                self.wfile.write(data)
-                self.close_connection = True
-
-            do_GET = do_POST = do_PUT = do_PATCH = do_DELETE = _reply
-
-            def log_message(self, format: str, *args: Any) -> None:
-                pass  # the request log is imds.requests
-
-        return Handler
+        return json_handler(answer, max_body=MAX_BODY, content_type="application/json; charset=utf-8")

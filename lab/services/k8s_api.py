@@ -39,6 +39,7 @@ from urllib.parse import parse_qs, urlsplit
 import yaml
 
 from lab.services import LoopbackService, require_loopback
+from lab.services.jsonhttp import json_handler
 
 __all__ = ["FakeKubeApi", "kubeconfig", "merge_patch"]
 
@@ -198,31 +199,8 @@ class FakeKubeApi(LoopbackService):
             return next(n for n in self.nodes if _field(n, "metadata.name") == name)
 
     def _handler(self) -> type[BaseHTTPRequestHandler]:
-        api = self
-
-        class Handler(BaseHTTPRequestHandler):
-            protocol_version = "HTTP/1.1"
-
-            def _reply(self) -> None:
-                length = int(self.headers.get("Content-Length") or 0)
-                sent = self.rfile.read(min(length, 1 << 20)) if length > 0 else b""
-                status, body = api.answer(self.command, self.path, self.headers.get("Authorization", ""), sent,
-                                          self.headers.get("Content-Type", ""))
-                data = json.dumps(body).encode()
-                self.send_response(status)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(data)))
-                self.send_header("Connection", "close")
-                self.end_headers()
-                self.wfile.write(data)
-                self.close_connection = True
-
-            do_GET = do_POST = do_PUT = do_PATCH = do_DELETE = _reply
-
-            def log_message(self, format: str, *args: Any) -> None:
-                pass  # the request log is api.requests
-
-        return Handler
+        return json_handler(lambda method, path, headers, body: self.answer(
+            method, path, headers.get("authorization", ""), body, headers.get("content-type", "")))
 
 
 def _status(code: int, reason: str, message: str, details: dict[str, Any] | None = None) -> dict[str, Any]:

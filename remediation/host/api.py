@@ -1,19 +1,12 @@
-"""What the host tasks call (``audit``, ``diagnose``, ``harden``, the audit history): the host area's one entry.
-
-The tasks import from here only; each name is loaded from its module on first use (PEP 562), so a task imports only
-what it runs.
-"""
+"""What the host tasks call (``audit``, ``diagnose``, ``harden``, the audit history): the host area's one entry."""
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-if TYPE_CHECKING:
-    pass
+from remediation.core.lazy import LazyExports
 
-#: name -> the module that defines it
-_EXPORTS = {
+_API = LazyExports(__name__, {
     "AuditOptions": "remediation.host.audit",
     "DiagnoseResult": "remediation.host.diagnose",
     "compare": "remediation.host.history",
@@ -24,18 +17,9 @@ _EXPORTS = {
     "render_text": "remediation.host.diagnose",
     "run_audit": "remediation.host.audit",
     "save": "remediation.host.history",
-}
-_MODULES: dict[str, str] = {}
-
-__all__ = sorted([*_EXPORTS, *_MODULES])
+})
+__all__ = _API.names
 
 
 def __getattr__(name: str) -> Any:
-    if name in _MODULES:
-        value = importlib.import_module(_MODULES[name])
-    elif name in _EXPORTS:
-        value = getattr(importlib.import_module(_EXPORTS[name]), name)
-    else:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    globals()[name] = value
-    return value
+    return _API.load(name)

@@ -1,16 +1,12 @@
-"""What ``invoke remediate`` calls: the closed loop's one entry (policy, guards, state, plan).
-
-The tasks import from here only; each name is loaded from its module on first use (PEP 562), so a task imports only
-what it runs.
-"""
+"""What ``invoke remediate`` calls: the closed loop's one entry (policy, guards, state, plan)."""
 
 from __future__ import annotations
 
-import importlib
 from typing import Any
 
-#: name -> the module that defines it
-_EXPORTS = {
+from remediation.core.lazy import LazyExports
+
+_API = LazyExports(__name__, {
     "ActResult": "remediation.remediate.act",
     "RemediateError": "remediation.remediate.errors",
     "ResetResult": "remediation.remediate.flow",
@@ -19,18 +15,9 @@ _EXPORTS = {
     "guards_from": "remediation.remediate.flow",
     "policy_from": "remediation.remediate.flow",
     "reset": "remediation.remediate.flow",
-}
-_MODULES: dict[str, str] = {}
-
-__all__ = sorted([*_EXPORTS, *_MODULES])
+})
+__all__ = _API.names
 
 
 def __getattr__(name: str) -> Any:
-    if name in _MODULES:
-        value = importlib.import_module(_MODULES[name])
-    elif name in _EXPORTS:
-        value = getattr(importlib.import_module(_EXPORTS[name]), name)
-    else:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    globals()[name] = value
-    return value
+    return _API.load(name)

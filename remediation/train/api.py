@@ -9,6 +9,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from remediation.core.lazy import LazyExports
 from remediation.train import oom as oom_mod
 from remediation.train.errors import TrainError
 from remediation.train.gpus import gpu as gpu_named
@@ -28,18 +29,12 @@ __all__ = ["JobFlags", "OomDiagnosis", "TrainSettings", "capacity_from_host", "d
            "monitor", "plan_job", "plan_to_dict", "print_plan"]
 
 #: What the tasks also take from here, loaded on first use (PEP 562): the monitor (SSH) and the plan's rendering.
-_LAZY = {"monitor": "remediation.train.monitor", "plan_to_dict": "remediation.train.render",
-         "print_plan": "remediation.train.render"}
+_LAZY = LazyExports(__name__, {"monitor": "remediation.train.monitor", "plan_to_dict": "remediation.train.render",
+                               "print_plan": "remediation.train.render"})
 
 
 def __getattr__(name: str) -> Any:
-    if name not in _LAZY:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    import importlib
-
-    value = getattr(importlib.import_module(_LAZY[name]), name)
-    globals()[name] = value
-    return value
+    return _LAZY.load(name)
 
 MiB = 1024**2
 
