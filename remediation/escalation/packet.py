@@ -30,6 +30,7 @@ production.
 from __future__ import annotations
 
 import datetime as _dt
+import gzip
 import io
 import json
 import re
@@ -298,12 +299,14 @@ def write_packet(packet: dict[str, Any], directory: Path, tarball: bool = False)
     if not tarball:
         return out
     target = directory / f"{name}.tar.gz"
-    buf = io.BytesIO()
-    with tarfile.open(fileobj=buf, mode="w:gz") as tar:
+    raw = io.BytesIO()
+    with tarfile.open(fileobj=raw, mode="w") as tar:
         for filename, text in sorted(files.items()):
             data = text.encode("utf-8")
             info = tarfile.TarInfo(f"{name}/{filename}")
             info.size, info.mode, info.mtime = len(data), 0o644, 0
             tar.addfile(info, io.BytesIO(data))
-    target.write_bytes(buf.getvalue())
+    # gzip's header carries a timestamp (tarfile's "w:gz" stamps the current second); pin it so the same packet
+    # gives the same bytes whenever it is written.
+    target.write_bytes(gzip.compress(raw.getvalue(), mtime=0))
     return target
