@@ -44,6 +44,7 @@ from enum import StrEnum
 from typing import Any
 
 from remediation.azure.errors import AzureInputError
+from remediation.core.findings import Finding, make_finding
 from remediation.hostside import SCHEDULED_EVENTS_PATH, bundle_program
 from remediation.hostside.scheduled_events import DEFAULT_API_VERSION, DEFAULT_ENDPOINT, SCHEMA, endpoint_problem
 from remediation.transport.fanout import HostRun, Status, fan_out, run_one
@@ -67,6 +68,8 @@ __all__ = [
     "clean",
     "decide",
     "decide_all",
+    "event_finding",
+    "event_key",
     "events_from_run",
     "parse_document",
     "read_events",
@@ -422,6 +425,29 @@ def decide_all(
     """:func:`decide` for every host read."""
     names = vm_names or {}
     return {h: decide(e, now=now, horizon=horizon, vm_name=names.get(h)) for h, e in read.items()}
+
+
+def event_key(decision: HostDecision) -> str:
+    """What tells one escalation of ``decision`` from another on the same host and boot: its events' IDs (sorted,
+    joined by ``+``), or ``unreadable`` when the events could not be read. A new event is a new page; the same event
+    seen by the next run is not."""
+    ids = sorted({e.event_id for e in decision.events})
+    return "+".join(ids) if ids else "unreadable"
+
+
+def event_finding(decision: HostDecision, pending: Sequence[str] = ()) -> Finding:
+    """AZ-SE-001: the Scheduled Events of a host the closed loop was to fix say ``escalate``; the loop leaves the host
+    to the platform and a person hears of it. ``pending``: the finding IDs the loop would have acted on."""
+    if decision.verdict is not Verdict.ESCALATE:
+        raise ValueError(f"{decision.host}: Scheduled Events say {decision.verdict.value}, not escalate")
+    evidence = [decision.reason, *(f"event {e.describe()}: {', '.join(e.resources) or 'no resource named'}"
+                                   + (f" ({clean(e.description, 120)})" if e.description else "")
+                                   for e in decision.events)]
+    if pending:
+        evidence.append(f"the loop was to fix: {', '.join(pending)}; nothing was done on the host")
+    what = decision.events[0].event_type if decision.events else "unreadable Scheduled Events"
+    return make_finding("AZ-SE-001", f"{what} on {decision.host} while it has a fault the loop would fix: left to "
+                        "the platform, not acted on", evidence, host=decision.host)
 
 
 # --- acknowledging --------------------------------------------------------------------------------------------------

@@ -5,8 +5,10 @@ hosts with an ``auto`` decision, in batches no larger than the in-flight cap -> 
 
 1. **re-probe** each host (a fresh audit) and drop the decisions whose finding is gone;
 2. **blockers**, each a reason to leave the host alone this run, reported with why and never acted on: the fresh
-   probe failed; the dpkg lock is held (GPU-APT-001); an Azure Scheduled Event is pending for the VM (anything but
-   ``clear`` from :func:`remediation.azure.scheduled_events.decide`: the loop never acts on top of the platform);
+   probe failed; a hardware finding that arose after the plan (a GPU lost while the run worked on other hosts:
+   the plan never weighed it, the next run's plan escalates it); the dpkg lock is held (GPU-APT-001); an Azure
+   Scheduled Event is pending for the VM (anything but ``clear`` from
+   :func:`remediation.azure.scheduled_events.decide`: the loop never acts on top of the platform);
    GPU work runs (what the driver restore's own guard sees, :func:`remediation.restore.rules.gpu_processes`) and the
    action would reload the driver or reboot (a harden run only changes apt's settings and touches no running job);
 3. **act** through the existing flows only: harden findings -> :func:`remediation.host.harden.harden` on those
@@ -18,7 +20,9 @@ hosts with an ``auto`` decision, in batches no larger than the in-flight cap -> 
    (:mod:`~remediation.remediate.loadgate`: a short GPU load with NVML watched during it, per
    ``remediate.load_gate``). A failed gate halts the loop (no further batch) and escalates that host.
 
-Then every ``escalate`` decision, and every host whose gate failed, gets an escalation packet under
+Then every ``escalate`` decision, every host whose gate failed, and every host left alone because its Scheduled
+Events said ``escalate`` (an event started or due within the horizon, or events that cannot be read: finding
+AZ-SE-001, paged once per host, boot and set of events) gets an escalation packet under
 ``<state dir>/remediate/escalations/<fleet>/`` and, when a webhook is configured, a page; a finding already decided
 on in an earlier run (the decision's ``new`` is false: the same host, finding and boot) is not paged again, and a page
 that could not be delivered is retried by the next run.
@@ -41,13 +45,16 @@ from remediation.core.findings import Finding
 from remediation.remediate.guards import Guards, InFlightCap, Outcome, classify_failure
 from remediation.remediate.plan import Decision, HostPlan, Plan, Verdict, inputs_from_audit, make_plan, state_after
 from remediation.remediate.policy import Action
-from remediation.remediate.state import Attempt, RemediateState, load, locked, save, state_path
+from remediation.remediate.state import Attempt, RemediateState, Seen, load, locked, save, state_path
 
 if TYPE_CHECKING:
     from remediation.config import RemediateSettings
     from remediation.host.audit import AuditOptions, AuditResult, HostAudit
     from remediation.remediate.loadgate import LoadVerdict
     from remediation.transport.inventory import Host
+
+#: The finding a host gets when its Azure Scheduled Events say ``escalate`` before the loop acts on it.
+EVENT_FINDING = "AZ-SE-001"
 
 __all__ = ["ActResult", "Escalation", "HostOutcome", "HostStatus", "Ports", "act", "batches", "blocker", "gate",
            "page_due", "refresh", "settled", "started"]
@@ -162,15 +169,27 @@ def blocker(
     *,
     events_checked: bool = True,
     held: str | None = None,
+    planned: Iterable[str] | None = None,
 ) -> str | None:
     """Why the host must be left alone now, or None. ``events``: the host's Scheduled Events decision
     (:class:`remediation.azure.scheduled_events.HostDecision`), None when it was not read. ``held``: what
-    :meth:`remediation.remediate.hold.FleetHold.check` found (a cordon not ours, a firing alert, AKS auto-repair)."""
+    :meth:`remediation.remediate.hold.FleetHold.check` found (a cordon not ours, a firing alert, AKS auto-repair).
+    ``planned``: the host's findings the plan decided on; a hardware finding the fresh probe shows beyond them arose
+    during this run (the plan never weighed it), so the host is left for the next run's plan."""
     if fresh is None or fresh.facts is None:
         detail = "no answer" if fresh is None else f"{fresh.status.value}: {fresh.error or 'no answer'}"
         return f"re-probe failed ({detail}): nothing is changed without a fresh probe"
     if held:
         return held
+    if planned is not None:
+        from remediation.remediate.policy import is_hardware
+
+        known = set(planned)
+        new = [f for f in fresh.findings if is_hardware(f.id) and f.id not in known]
+        if new:
+            first = new[0]
+            return (f"new since the plan: {', '.join(sorted({f.id for f in new}))} ({first.summary[:120]}): "
+                    "not acted on; the next run's plan escalates it")
     if any(f.id == "GPU-APT-001" for f in fresh.findings) or fresh.facts.dpkg_lock.held:
         return "dpkg lock held (GPU-APT-001): transient, the next run retries"
     if events_checked:
@@ -275,14 +294,15 @@ class Ports:
 def _escalate(
     host: str, finding: Finding, facts: Any, boot_id: str | None, why: str, *, due: bool, cfg: RemediateSettings,
     out_dir: Path, fleet: str, now: _dt.datetime, host_vars: Mapping[str, Any], send: Callable[..., Any],
+    discriminator: str = "",
 ) -> Escalation:
     from remediation.escalation.packet import build_packet, write_packet
     from remediation.escalation.page import build_payload, dedupe_key
 
-    key = dedupe_key(host, finding.id, boot_id)
+    key = dedupe_key(host, finding.id, boot_id, discriminator)
     rid = host_vars.get("azure_vm_resource_id")
     packet = build_packet(replace(finding, host=host), facts, now=now,
-                          resource_id=rid if isinstance(rid, str) else None)
+                          resource_id=rid if isinstance(rid, str) else None, discriminator=discriminator)
     if facts is None:
         packet["boot_id"], packet["dedupe_key"] = boot_id, key
     path = write_packet(packet, out_dir)
@@ -291,7 +311,8 @@ def _escalate(
     elif not due:
         page = "already paged (same host, finding and boot in an earlier run)"
     else:
-        payload = build_payload(finding, boot_id=boot_id, host=host, fleet=fleet, detected_at=now)
+        payload = build_payload(finding, boot_id=boot_id, host=host, fleet=fleet, detected_at=now,
+                                discriminator=discriminator)
         result = send(cfg.webhook_url, payload, token=cfg.webhook_token or None)
         page = "sent" if result.delivered else f"failed: {result.error or result.status}"
     return Escalation(host, finding.id, key, why, str(path), page)
@@ -370,6 +391,7 @@ def act(
         save(path, state)
         halted: str | None = None
         gate_failed: dict[str, tuple[tuple[Decision, ...], HostAudit | None, str]] = {}
+        platform: dict[str, tuple[Any, tuple[Decision, ...], HostAudit | None]] = {}  # Scheduled Events: escalate
         chunks = batches([h.host for h in auto], plan.in_flight_cap, len(plan.in_flight_before))
         if auto and not chunks:
             for h in auto:
@@ -382,7 +404,7 @@ def act(
                     outcomes[name] = HostOutcome(name, HostStatus.NOT_STARTED, f"the loop halted: {halted}")
                 continue
             state, halted = _batch(chunk, plans, by_name, inventory, options, cfg, p, state, path, outcomes,
-                                   gate_failed, endpoint, restore_options, allow_reboot, fleet, hold)
+                                   gate_failed, endpoint, restore_options, allow_reboot, fleet, hold, platform)
 
         getattr(hold, "close", lambda: None)()
         escalations: list[Escalation] = []
@@ -410,6 +432,9 @@ def act(
                 escalations.append(_escalate(name, finding, facts, plans[name].boot_id, why, due=True, cfg=cfg,
                                              out_dir=out_dir, fleet=fleet, now=now, host_vars=by_name[name].vars,
                                              send=p.send_page))
+        platform_seen = _platform_escalations(platform, plans, before, outcomes, escalations, cfg=cfg,
+                                              out_dir=out_dir, fleet=fleet, now=now, by_name=by_name,
+                                              send=p.send_page)
         for h in plan.hosts:
             if h.host in outcomes:
                 continue
@@ -432,9 +457,49 @@ def act(
         state = replace(state, seen=tuple(
             replace(s, decision=Verdict.ESCALATE.value) if s.key in paged else s
             for s in state.seen if s.key not in failed_pages))
+        replaced = {s.key for s in platform_seen}  # the events paged now stand for the host and boot from now on
+        state = replace(state, seen=(*(s for s in state.seen if s.key not in replaced), *platform_seen))
         keep = max(guards.budget.window_s, guards.breaker.window_s, guards.finding_ttl_s)
         save(path, state.pruned(now, keep))
     return ActResult(plan, outcomes, tuple(escalations), halted, path, tuple(notes))
+
+
+def _platform_escalations(
+    platform: Mapping[str, tuple[Any, tuple[Decision, ...], HostAudit | None]],
+    plans: Mapping[str, HostPlan],
+    before: RemediateState,
+    outcomes: dict[str, HostOutcome],
+    escalations: list[Escalation],
+    *,
+    cfg: RemediateSettings,
+    out_dir: Path,
+    fleet: str,
+    now: _dt.datetime,
+    by_name: Mapping[str, Host],
+    send: Callable[..., Any],
+) -> tuple[Seen, ...]:
+    """An AZ-SE-001 escalation (packet, page) for each host whose Scheduled Events said ``escalate`` before the loop
+    acted: the host stays untouched and blocked, and a person hears of it once per (host, boot, events). Returns the
+    records that say which events were paged (a page that failed is not recorded: the next run pages it)."""
+    from remediation.azure.scheduled_events import event_finding, event_key
+
+    records: list[Seen] = []
+    for name, (decision, kept, fresh) in platform.items():
+        boot_id = plans[name].boot_id
+        key = event_key(decision)
+        finding = event_finding(decision, tuple(d.finding for d in kept))
+        seen = before.seen_as(name, EVENT_FINDING, boot_id)
+        due = seen is None or seen.detail != key
+        facts = fresh.facts if fresh is not None else None
+        e = _escalate(name, finding, facts, boot_id, decision.reason, due=due, cfg=cfg, out_dir=out_dir, fleet=fleet,
+                      now=now, host_vars=by_name[name].vars, send=send, discriminator=key)
+        escalations.append(e)
+        outcomes[name] = replace(outcomes[name], status=HostStatus.ESCALATED,
+                                 why=f"escalated: {EVENT_FINDING}: {decision.reason}")
+        if not e.page.startswith("failed"):
+            first = seen.first_seen if seen is not None and seen.detail == key else now
+            records.append(Seen(name, EVENT_FINDING, boot_id, first, now, Verdict.ESCALATE.value, key))
+    return tuple(records)
 
 
 def _batch(
@@ -454,6 +519,7 @@ def _batch(
     allow_reboot: bool,
     fleet: str,
     hold: Any = None,
+    platform: dict[str, tuple[Any, tuple[Decision, ...], HostAudit | None]] | None = None,
 ) -> tuple[RemediateState, str | None]:
     """One batch: re-probe, blockers, act, gate, record. Returns the state and why the loop halts (or None)."""
     assert p.audit and p.harden and p.restore and p.read_events
@@ -482,7 +548,12 @@ def _batch(
             outcomes[name] = HostOutcome(name, HostStatus.GONE, f"re-probe: {', '.join(gone)} gone; nothing done",
                                          findings=gone)
             continue
-        why = blocker(kept, now_audit, events.get(name), events_checked=bool(endpoint), held=held.get(name))
+        why = blocker(kept, now_audit, events.get(name), events_checked=bool(endpoint), held=held.get(name),
+                      planned=[d.finding for d in hp.decisions])
+        ev = events.get(name)
+        if (why is not None and platform is not None and ev is not None and ev.verdict.value == "escalate"
+                and why.startswith("Azure Scheduled Events:")):
+            platform[name] = (ev, kept, now_audit)  # the platform acts on a host we would fix: a person hears of it
         if why is not None:
             outcomes[name] = HostOutcome(name, HostStatus.BLOCKED, why, findings=tuple(d.finding for d in kept))
             continue

@@ -66,6 +66,7 @@ class Seen:
     first_seen: _dt.datetime
     last_seen: _dt.datetime
     decision: str
+    detail: str = ""  # what else tells this record apart (AZ-SE-001: the Scheduled Events' IDs, paged once each)
 
     @property
     def key(self) -> tuple[str, str, str | None]:
@@ -139,7 +140,8 @@ class RemediateState:
             ],
             "seen": [
                 {"host": s.host, "finding": s.finding, "boot_id": s.boot_id, "first_seen": s.first_seen.isoformat(),
-                 "last_seen": s.last_seen.isoformat(), "decision": s.decision}
+                 "last_seen": s.last_seen.isoformat(), "decision": s.decision,
+                 **({"detail": s.detail} if s.detail else {})}
                 for s in self.seen
             ],
             "observations": [
@@ -167,7 +169,7 @@ class RemediateState:
             ),
             seen=tuple(
                 Seen(_str(s, "host"), _str(s, "finding"), _opt_str(s, "boot_id"), _time(s, "first_seen"),
-                     _time(s, "last_seen"), _str(s, "decision"))
+                     _time(s, "last_seen"), _str(s, "decision"), _str(s, "detail") if "detail" in s else "")
                 for s in _list(data, "seen")
             ),
             observations=tuple(

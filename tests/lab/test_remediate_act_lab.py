@@ -92,3 +92,36 @@ def test_acting_fixes_escalates_pages_once_and_leaves_a_scheduled_event_alone(fl
     assert hosts["gpu-1"]["attempts"]["used"] == 1 and hosts["gpu-2"]["attempts"]["used"] == 1  # the budget holds
     assert "GPU-KRN-002" not in {f["finding"] for f in hosts["gpu-2"]["findings"]}
     assert {f["finding"]: f["decision"] for f in hosts["gpu-3"]["findings"]}["GPU-KRN-002"] == "auto"
+
+
+def test_an_event_due_now_is_left_to_the_platform_escalated_and_paged_once(fleet: dict[str, Any]) -> None:
+    """gpu-3 still has its harden finding; now a Reboot for its VM is due in 5 minutes (inside the 30-minute horizon):
+    the loop leaves the host alone, writes an AZ-SE-001 packet and pages once; a later run does not page again."""
+    imds: FakeImds = fleet["imds"]
+    receiver: AlertReceiver = fleet["receiver"]
+    imds.clear()
+    event = imds.schedule("Reboot", ["gpu-vm-3"], in_seconds=300, description="Host OS update")
+    before = len(receiver.deliveries)
+
+    r = invoke(fleet, "--yes", "--format", "json")
+    assert r.returncode == 1, r.stdout[-3000:] + r.stderr
+    doc = json.loads(r.stdout)
+    out = {h["host"]: h["outcome"] for h in doc["hosts"]}
+    assert out["gpu-3"]["status"] == "escalated" and "AZ-SE-001" in out["gpu-3"]["why"], out["gpu-3"]
+    assert event in out["gpu-3"]["why"] and "horizon" in out["gpu-3"]["why"]
+    (esc,) = [e for e in doc["escalations"] if e["finding"] == "AZ-SE-001"]
+    assert esc["host"] == "gpu-3" and esc["page"] == "sent"
+    packet = json.loads((Path(esc["packet"]) / "packet.json").read_text())
+    assert any(event in line for line in packet["finding"]["evidence"])
+    assert any("GPU-KRN-002" in line for line in packet["finding"]["evidence"])
+    pages = [p for p in receiver.pages if p.labels["finding_id"] == "AZ-SE-001"]
+    assert [p.labels["host"] for p in pages] == ["gpu-3"] and len(receiver.deliveries) == before + 1
+    # nothing was done on gpu-3: its harden finding is still there, and no attempt was recorded for it
+    state = json.loads((fleet["state"] / "remediate" / "gpu.json").read_text())
+    assert "gpu-3" not in {a["host"] for a in state["attempts"]}
+    check = json.loads(invoke(fleet, "--check", "--format", "json").stdout)
+    assert "GPU-KRN-002" in {f["finding"] for h in check["hosts"] if h["host"] == "gpu-3" for f in h["findings"]}
+
+    again = invoke(fleet, "--yes", "--format", "json")
+    esc2 = [e for e in json.loads(again.stdout)["escalations"] if e["finding"] == "AZ-SE-001"]
+    assert [e["page"][:12] for e in esc2] == ["already page"] and len(receiver.deliveries) == before + 1

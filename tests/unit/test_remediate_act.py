@@ -87,6 +87,16 @@ def test_blockers_in_their_order() -> None:
     assert blocker(harden, audit_of("gpu-1"), None, events_checked=False) is None  # imds_endpoint "": not on Azure
 
 
+def test_a_hardware_finding_that_arose_after_the_plan_blocks_the_host() -> None:
+    harden = [decision("GPU-KRN-002")]
+    now = audit_of("gpu-1", "GPU-KRN-002", "GPU-HW-001")  # a GPU fell off the bus while the run was busy elsewhere
+    why = blocker(harden, now, events("clear"), planned=["GPU-KRN-002"])
+    assert why is not None and why.startswith("new since the plan: GPU-HW-001 (") and "next run" in why
+    assert blocker(harden, now, events("clear"), planned=["GPU-KRN-002", "GPU-HW-001"]) is None  # weighed by the plan
+    assert blocker(harden, audit_of("gpu-1", "GPU-KRN-002", "GPU-KRN-003"), events("clear"),
+                   planned=["GPU-KRN-002"]) is None  # a new harden finding is no reason to stop
+
+
 def test_gpu_work_blocks_a_driver_restore_but_not_a_harden_run() -> None:
     busy = audit_of("gpu-1", "GPU-DRV-001", name="memory_full")  # NVML lists compute processes
     why = blocker([decision("GPU-DRV-001", Action.DRIVER_RESTORE)], busy, events("clear"))
@@ -183,12 +193,61 @@ def run(fleet: Fleet, tmp: Path, **cfg: Any) -> Any:
     settings = RemediateSettings(imds_endpoint="http://127.0.0.1:9/metadata/scheduledevents",
                                  webhook_url="http://127.0.0.1:9/hook", **cfg)
     real = se.decide_all
-    se.decide_all = lambda read, **kw: {h: events(fleet.events.get(h, "clear"), "pending") for h in read}
+    se.decide_all = lambda read, **kw: {h: _decision(fleet.events.get(h, "clear")) for h in read}
     try:
         return act(hosts, "inv.yml", None, settings, fleet="gpu", state_dir=tmp,  # type: ignore[arg-type]
                    ports=fleet.ports())
     finally:
         se.decide_all = real
+
+
+def _decision(value: Any) -> Any:
+    return value if not isinstance(value, str) else events(value, "pending")
+
+
+def _platform_event(host: str, event_id: str, started: bool = False) -> Any:
+    from remediation.azure import scheduled_events as se
+
+    status = "Started" if started else "Scheduled"
+    event = se.ScheduledEvent(event_id, "Reboot", status, (host,), None if started else NOW, "Host OS update",
+                              "Platform")
+    return se.decide(se.HostEvents(host, se.EventsDocument(1, (event,)), None, False), now=NOW, vm_name=host)
+
+
+def test_a_scheduled_event_due_now_leaves_the_host_to_the_platform_and_pages_once_per_event(tmp_path: Path) -> None:
+    fleet = Fleet({"gpu-1": ["GPU-KRN-002"], "gpu-2": ["GPU-KRN-002"]})
+    fleet.events["gpu-2"] = _platform_event("gpu-2", "A1B2C3D4-0000-4000-8000-000000000001")
+    first = run(fleet, tmp_path)
+    assert fleet.hardened == [["gpu-1"]]  # gpu-2 is not touched
+    o = first.outcomes["gpu-2"]
+    assert o.status is HostStatus.ESCALATED and "AZ-SE-001" in o.why and "Reboot" in o.why
+    (esc,) = first.escalations
+    assert (esc.host, esc.finding, esc.page) == ("gpu-2", "AZ-SE-001", "sent")
+    packet = json.loads(Path(esc.packet, "packet.json").read_text())
+    assert any("the loop was to fix: GPU-KRN-002" in line for line in packet["finding"]["evidence"])
+    assert packet["guest_health_report"]["file_with_azure"] is False  # the platform is already acting
+    assert [p["alerts"][0]["labels"]["finding_id"] for p in fleet.pages] == ["AZ-SE-001"]
+
+    again = run(fleet, tmp_path)  # the same event, the same boot: no second page
+    assert [(e.finding, e.page[:12]) for e in again.escalations] == [("AZ-SE-001", "already page")]
+    assert len(fleet.pages) == 1 and again.outcomes["gpu-2"].status is HostStatus.ESCALATED
+
+    fleet.events["gpu-2"] = _platform_event("gpu-2", "A1B2C3D4-0000-4000-8000-000000000002", started=True)
+    third = run(fleet, tmp_path)  # another event in the same boot: a new page, another dedupe key
+    assert [e.page for e in third.escalations] == ["sent"] and len(fleet.pages) == 2
+    assert third.escalations[0].key != first.escalations[0].key
+    assert fleet.hardened == [["gpu-1"]]  # still never touched
+
+    fleet.events.pop("gpu-2")  # the event is over: the loop fixes the host
+    run(fleet, tmp_path)
+    assert fleet.hardened == [["gpu-1"], ["gpu-2"]] and len(fleet.pages) == 2
+
+
+def test_a_wait_verdict_blocks_without_a_page(tmp_path: Path) -> None:
+    fleet = Fleet({"gpu-1": ["GPU-KRN-002"]})
+    fleet.events["gpu-1"] = "wait"
+    result = run(fleet, tmp_path)
+    assert result.outcomes["gpu-1"].status is HostStatus.BLOCKED and not result.escalations and not fleet.pages
 
 
 def test_a_run_fixes_in_batches_escalates_pages_once_and_keeps_the_budget(tmp_path: Path) -> None:

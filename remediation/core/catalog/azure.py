@@ -1,7 +1,8 @@
 """Findings about Azure GPU capacity (runbook S3: AKS GPU pods stuck Pending): regional GPU quota, AKS node pools.
 
 Decided in :mod:`remediation.azure.checks` (one function per ID), reported by ``invoke quota.show`` and
-``invoke aks.pools``.
+``invoke aks.pools``. Also the platform's own maintenance on a host the closed loop was to fix (AZ-SE-001, decided in
+:mod:`remediation.azure.scheduled_events`, raised by ``invoke remediate``).
 """
 
 from __future__ import annotations
@@ -62,6 +63,27 @@ def _s3(**overrides: str) -> Runbook:
 _S3 = Scenario.S3
 _W, _I = Severity.WARNING, Severity.INFO
 
+_SE_RUNBOOK = Runbook(
+    symptoms="`invoke remediate` left a faulty host alone and paged: the VM's Azure Scheduled Events (IMDS "
+    "`/metadata/scheduledevents`) show a Freeze, Reboot, Redeploy, Preempt or Terminate that has started, is due "
+    "within the horizon (30 minutes), has no NotBefore, or the events could not be read at all.",
+    diagnosis="- on the VM: `curl -s -H Metadata:true "
+    "'http://169.254.169.254/metadata/scheduledevents?api-version=2020-07-01'`\n"
+    "- the packet under `<state_dir>/remediate/escalations/<fleet>/` (the events, the findings the loop was to fix)\n"
+    "- Azure Resource Health of the VM in the portal, or `az resource show --ids VM_ID` for its power state",
+    root_cause="The platform is about to act on the VM (host maintenance, a live migration's freeze, a reboot or "
+    "redeploy, a Spot eviction): a driver restore, a harden run or a reboot on top of it can be cut in half and the "
+    "platform's action may fix or move the fault on its own, so the loop does not act and says so.",
+    resolution="- let the event run; after it (a new boot id) `invoke remediate --fleet FLEET --check` shows what is "
+    "left\n"
+    "- to have it sooner: drain the VM's work, then acknowledge the event (POST StartRequests, "
+    "`remediation.azure.scheduled_events.acknowledge`)\n"
+    "- events that cannot be read (IMDS not answering): check the VM's network to 169.254.169.254 and the proxy "
+    "settings (IMDS must bypass proxies)",
+    prevention="- keep a maintenance configuration on the GPU VMs so platform updates land in a window you chose\n"
+    "- run the loop inside the same window (`remediate.maintenance_windows`)",
+)
+
 ENTRIES: tuple[CatalogEntry, ...] = (
     CatalogEntry(
         "AZ-QUOTA-001",
@@ -116,5 +138,13 @@ ENTRIES: tuple[CatalogEntry, ...] = (
         "GPU node pool tainted sku=gpu:NoSchedule: GPU pods need the matching toleration",
         'pod spec: tolerations: [{key: "sku", operator: "Equal", value: "gpu", effect: "NoSchedule"}]',
         _s3(),
+    ),
+    CatalogEntry(
+        "AZ-SE-001",
+        Scenario.S1,
+        _W,
+        "Azure Scheduled Event due on a host the loop was to fix: left to the platform and escalated",
+        "wait for the event (or drain and acknowledge it), then invoke remediate --fleet FLEET --check",
+        _SE_RUNBOOK,
     ),
 )
