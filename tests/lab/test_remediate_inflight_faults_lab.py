@@ -84,7 +84,7 @@ def test_faults_during_a_run_are_seen_before_acting_and_a_second_run_does_not_ov
     try:
         deadline = time.monotonic() + 180
         while "gpu-1" not in in_flight(state_file):
-            assert run.poll() is None, "the run ended before gpu-1's batch was in flight: " + run.stdout.read()[-2000:]
+            assert run.poll() is None, "the run ended before gpu-1 was in flight: " + run.communicate()[0][-2000:]
             assert time.monotonic() < deadline, "gpu-1's attempt never showed in flight"
             time.sleep(0.2)
         inject(lab, "gpu-3", "apt-lock")
