@@ -117,7 +117,7 @@ def test_gpufleet_renders_a_template_from_the_package(installed: Installed) -> N
 
 
 def test_the_collections_playbooks_resolve_by_fqcn_from_the_install(installed: Installed) -> None:
-    for name in ("driver_restore", "harden", "kernel_update"):
+    for name in ("driver_restore", "harden", "kernel_update", "remediate_timer"):
         proc = run([str(BIN / "ansible-playbook"), "--syntax-check", f"{FQCN}.{name}"], installed.work, installed.env,
                    timeout=300)
         assert proc.returncode == 0, proc.stdout + proc.stderr

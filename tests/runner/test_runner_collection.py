@@ -74,7 +74,8 @@ def test_an_absolute_playbook_file_runs_as_it_is(tmp_path: Path) -> None:
     assert playbook_target(play) == str(play)
 
 
-@pytest.mark.parametrize("name", ["audit_timer", "driver_restore", "gpu_memory_log", "harden", "kernel_update"])
+@pytest.mark.parametrize("name", ["audit_timer", "driver_restore", "gpu_memory_log", "harden", "kernel_update",
+                                  "remediate_timer"])
 def test_the_checkout_collection_resolves_every_playbook(name: str) -> None:
     found = _find_collection_playbook(f"{COLLECTION}.{name}", [ROOT / "collections"])
     assert found is not None and found.resolve() == (ROOT / "playbooks" / f"{name}.yml").resolve()
