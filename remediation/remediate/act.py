@@ -13,7 +13,8 @@ hosts with an ``auto`` decision, in batches no larger than the in-flight cap -> 
    action would reload the driver or reboot (a harden run only changes apt's settings and touches no running job);
 3. **act** through the existing flows only: harden findings -> :func:`remediation.host.harden.harden` on those
    hosts; driver findings -> the rollout engine's :func:`remediation.restore.flow.driver_restore`, with
-   ``allow_reboot`` only when the plan allowed the reboot (a maintenance window open, or ``--allow-reboot``). Each
+   ``allow_reboot`` only when the plan allowed the reboot (a maintenance window open, or ``--allow-reboot``), and
+   then only after an evidence packet of the host is written (a reboot clears its kernel log). Each
    attempt is saved in the state *before* the action (no verdict: in flight), then again with its outcome;
 4. **gate**: a re-audit of the acted hosts: the finding gone, NVML answers, the driver the inventory expects
    (``nvidia_driver_expected_version``); then, on the hosts that passed, the gate under load
@@ -103,10 +104,12 @@ class HostOutcome:
     findings: tuple[str, ...] = ()  # the findings acted on
     attempt: str | None = None  # the outcome recorded: ok | transient | permanent | ambiguous
     cordon: str = ""  # what became of this run's cordon (:mod:`remediation.remediate.hold`)
+    evidence: str = ""  # the packet written before an action that may reboot the host (its kernel log goes with it)
 
     def to_dict(self) -> dict[str, Any]:
         return {"status": self.status.value, "why": self.why, "actions": list(self.actions),
-                "findings": list(self.findings), "attempt": self.attempt, "cordon": self.cordon}
+                "findings": list(self.findings), "attempt": self.attempt, "cordon": self.cordon,
+                "evidence": self.evidence or None}
 
 
 @dataclass(frozen=True)
@@ -295,6 +298,7 @@ def _escalate(
     host: str, finding: Finding, facts: Any, boot_id: str | None, why: str, *, due: bool, cfg: RemediateSettings,
     out_dir: Path, fleet: str, now: _dt.datetime, host_vars: Mapping[str, Any], send: Callable[..., Any],
     discriminator: str = "",
+    incident: str | None = None,
 ) -> Escalation:
     from remediation.escalation.packet import build_packet, write_packet
     from remediation.escalation.page import build_payload, dedupe_key
@@ -302,7 +306,8 @@ def _escalate(
     key = dedupe_key(host, finding.id, boot_id, discriminator)
     rid = host_vars.get("azure_vm_resource_id")
     packet = build_packet(replace(finding, host=host), facts, now=now,
-                          resource_id=rid if isinstance(rid, str) else None, discriminator=discriminator)
+                          resource_id=rid if isinstance(rid, str) else None, discriminator=discriminator,
+                          incident_markdown=incident)
     if facts is None:
         packet["boot_id"], packet["dedupe_key"] = boot_id, key
     path = write_packet(packet, out_dir)
@@ -316,6 +321,38 @@ def _escalate(
         result = send(cfg.webhook_url, payload, token=cfg.webhook_token or None)
         page = "sent" if result.delivered else f"failed: {result.error or result.status}"
     return Escalation(host, finding.id, key, why, str(path), page)
+
+
+def _incident(audit: AuditResult | None, host: str) -> str | None:
+    """The host's incident report (Markdown) for its packet, or None when there is none to write: the packet is
+    written all the same (host text is untrusted: a report that cannot be rendered never stops an escalation)."""
+    if audit is None:
+        return None
+    try:
+        from remediation.report.incident import render_incident
+
+        return render_incident(audit, host)
+    except Exception:  # the packet's evidence matters more than its prose
+        return None
+
+
+def _evidence_before_reboot(name: str, decisions: Sequence[Decision], fresh: AuditResult, state: Path, fleet: str,
+                            now: _dt.datetime, host_vars: Mapping[str, Any]) -> str:
+    """The packet of ``name``'s findings (facts, kernel log lines, dkms status, holds, the incident report) written
+    before an action that may reboot it: a reboot clears the kernel's ring buffer, and what made the loop act must
+    outlive it. Not paged: the host is being fixed, not escalated. Returns the packet's directory."""
+    from remediation.escalation.packet import build_packet, write_packet
+
+    host_audit = fresh.host(name)
+    found = {f.id: f for f in host_audit.findings}
+    primary = next((found[d.finding] for d in decisions if d.action in DISRUPTIVE and d.finding in found),
+                   next(iter(found.values())))
+    rid = host_vars.get("azure_vm_resource_id")
+    packet = build_packet(replace(primary, host=name), host_audit.facts, now=now,
+                          resource_id=rid if isinstance(rid, str) else None, discriminator="before-reboot",
+                          incident_markdown=_incident(fresh, name))
+    packet["purpose"] = "evidence kept before an action that may reboot the host (not an escalation)"
+    return str(write_packet(packet, state.parent / "evidence" / fleet))
 
 
 def act(
@@ -421,7 +458,7 @@ def act(
                 due = page_due(seen.decision if seen is not None else None)
                 e = _escalate(h.host, found[d.finding], facts, h.boot_id, d.why, due=due, cfg=cfg,
                               out_dir=out_dir, fleet=fleet, now=now, host_vars=by_name[h.host].vars,
-                              send=p.send_page)
+                              send=p.send_page, incident=_incident(audit, h.host))
                 escalations.append(e)
         for name, (decisions, after, why) in gate_failed.items():
             first = {f.id: f for f in audit.host(name).findings}
@@ -431,10 +468,10 @@ def act(
                 facts = after.facts if after is not None and after.facts else audit.host(name).facts
                 escalations.append(_escalate(name, finding, facts, plans[name].boot_id, why, due=True, cfg=cfg,
                                              out_dir=out_dir, fleet=fleet, now=now, host_vars=by_name[name].vars,
-                                             send=p.send_page))
+                                             send=p.send_page, incident=_incident(audit, name)))
         platform_seen = _platform_escalations(platform, plans, before, outcomes, escalations, cfg=cfg,
                                               out_dir=out_dir, fleet=fleet, now=now, by_name=by_name,
-                                              send=p.send_page)
+                                              send=p.send_page, audit=audit)
         for h in plan.hosts:
             if h.host in outcomes:
                 continue
@@ -477,6 +514,7 @@ def _platform_escalations(
     now: _dt.datetime,
     by_name: Mapping[str, Host],
     send: Callable[..., Any],
+    audit: AuditResult | None = None,
 ) -> tuple[Seen, ...]:
     """An AZ-SE-001 escalation (packet, page) for each host whose Scheduled Events said ``escalate`` before the loop
     acted: the host stays untouched and blocked, and a person hears of it once per (host, boot, events). Returns the
@@ -492,7 +530,8 @@ def _platform_escalations(
         due = seen is None or seen.detail != key
         facts = fresh.facts if fresh is not None else None
         e = _escalate(name, finding, facts, boot_id, decision.reason, due=due, cfg=cfg, out_dir=out_dir, fleet=fleet,
-                      now=now, host_vars=by_name[name].vars, send=send, discriminator=key)
+                      now=now, host_vars=by_name[name].vars, send=send, discriminator=key,
+                      incident=_incident(audit, name))
         escalations.append(e)
         outcomes[name] = replace(outcomes[name], status=HostStatus.ESCALATED,
                                  why=f"escalated: {EVENT_FINDING}: {decision.reason}")
@@ -571,6 +610,7 @@ def _batch(
     save(path, state)  # in flight: a run cut short leaves attempts without a verdict, which block the next run
 
     verdict: dict[str, tuple[bool, Outcome | None, str]] = {}  # host -> ok, outcome, why (action's own)
+    evidence: dict[str, str] = {}  # host -> the packet written before an action that may reboot it
     harden_hosts = [n for n, ds in to_act.items() if any(d.action is Action.HARDEN for d in ds)]
     restore_hosts = [n for n, ds in to_act.items() if any(d.action in DISRUPTIVE for d in ds)]
     if harden_hosts:
@@ -588,6 +628,9 @@ def _batch(
         from remediation.restore.flow import RestoreOptions
 
         reboot = allow_reboot or any(d.reboot and d.verdict is Verdict.AUTO for n in restore_hosts for d in to_act[n])
+        if reboot:  # the evidence first: a reboot clears the kernel log that made the loop act
+            for n in restore_hosts:
+                evidence[n] = _evidence_before_reboot(n, to_act[n], fresh, path, fleet, p.clock(), by_name[n].vars)
         base = restore_options if restore_options is not None else RestoreOptions()
         opts = replace(base, allow_reboot=reboot, batch=len(restore_hosts), dry_run=False)
         try:
@@ -646,7 +689,8 @@ def _batch(
     lift = [n for n in to_act if outcomes[n].status is HostStatus.FIXED or outcomes[n].attempt == "transient"]
     lifted = hold.release([by_name[n] for n in lift])
     for name in to_act:
-        outcomes[name] = replace(outcomes[name], cordon=lifted.get(name) or hold.kept(name))
+        outcomes[name] = replace(outcomes[name], cordon=lifted.get(name) or hold.kept(name),
+                                 evidence=evidence.get(name, ""))
     return state, halted
 
 

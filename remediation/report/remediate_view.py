@@ -85,6 +85,9 @@ def print_result(console: Console, result: ActResult) -> None:
 
     console.print(Text("outcomes: " + ", ".join(
         f"{n} {s.value}" for s in HostStatus if (n := sum(1 for o in result.outcomes.values() if o.status is s)))))
+    for name, o in sorted(result.outcomes.items()):
+        if o.evidence:
+            console.print(Text(f"evidence kept before {name} could reboot: {o.evidence}"))
     for e in result.escalations:
         console.print(Text(f"escalated {e.host} {e.finding} (key {e.key}): packet {e.packet}; page {e.page}",
                            style="red"))

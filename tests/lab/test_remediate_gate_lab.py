@@ -64,6 +64,11 @@ def test_s1_restored_and_gated_under_load_and_a_host_failing_under_load_halts_an
     assert "; load gate passed: 2 GPU(s) under lab load" in s1["why"] and "utilisation 100 %" in s1["why"], s1["why"]
     assert lab.host_path("gpu-1", "/proc/sys/kernel/random/boot_id").read_text().strip() != boot_before  # rebooted
     assert not lab.host_path("gpu-1", "/run/gpulab/load").exists()  # the hook's file is gone after the load
+    # the evidence was kept before the reboot: the packet's facts are of the boot before it, with the incident report
+    kept = json.loads((Path(s1["evidence"]) / "packet.json").read_text())
+    assert kept["boot_id"] == boot_before and kept["finding"]["id"] == "GPU-DRV-001"
+    assert kept["incident_report"] and "GPU-DRV-001" in kept["incident_report"]
+    assert out["gpu-2"]["evidence"] is None  # hardened only: no reboot possible, no evidence packet
 
     bad = out["gpu-2"]
     assert bad["status"] == "failed" and bad["attempt"] == "permanent", bad

@@ -262,6 +262,7 @@ def test_a_run_fixes_in_batches_escalates_pages_once_and_keeps_the_budget(tmp_pa
     assert "Azure Scheduled Events: wait" in first.outcomes["gpu-3"].why
     (esc,) = first.escalations
     assert esc.finding == "GPU-HW-003" and esc.page == "sent" and Path(esc.packet, "packet.json").is_file()
+    assert "GPU-HW-003" in (Path(esc.packet) / "incident.md").read_text()  # the incident report travels with it
     assert [p["alerts"][0]["labels"]["finding_id"] for p in fleet.pages] == ["GPU-HW-003"]
     assert first.exit_code == 1
     state = load(state_path(tmp_path, "gpu"), "gpu")
@@ -302,3 +303,36 @@ def _new_boot(audit: Any) -> Any:
         return AuditResult(r.fleet, r.inventory, r.started_at, r.seconds, tuple(
             HostAudit(h.host, h.status, facts("healthy", h.host, "boot-2"), h.findings, None, 1.0) for h in r.hosts))
     return audit2
+
+
+def test_the_evidence_is_written_before_a_restore_that_may_reboot(tmp_path: Path) -> None:
+    """GPU-DRV-001 with the reboot allowed: a packet (facts, kernel log, the incident report) exists before the
+    restore is called, is not paged, and the host's outcome names it; a harden run (no reboot) writes none."""
+    fleet = Fleet({"gpu-1": ["GPU-DRV-001"], "gpu-2": ["GPU-KRN-002"]})
+    seen_at_restore: list[list[str]] = []
+
+    def restore(hosts: Any, inventory: Any, options: Any, opts: Any, **kw: Any) -> Any:
+        from remediation.restore.flow import HostStatus as RS
+
+        evidence = tmp_path / "remediate" / "evidence" / "gpu"
+        seen_at_restore.append(sorted(p.name for p in evidence.iterdir()) if evidence.is_dir() else [])
+        assert opts.allow_reboot
+        for h in hosts:
+            fleet.findings[h.name] = []
+        return SimpleNamespace(outcome=lambda n: SimpleNamespace(status=RS.RESTORED, where="", detail=""))
+
+    ports = fleet.ports()
+    ports.restore = restore
+    hosts = [Host(n, "127.0.0.1", vars={}) for n in fleet.findings]
+    settings = RemediateSettings(imds_endpoint="", webhook_url="http://127.0.0.1:9/hook", max_in_flight=2,
+                                 max_in_flight_pct=100)
+    result = act(hosts, "inv.yml", None, settings, fleet="gpu", state_dir=tmp_path,  # type: ignore[arg-type]
+                 allow_reboot=True, ports=ports)
+    assert result.outcomes["gpu-1"].status is HostStatus.FIXED, result.outcomes["gpu-1"]
+    (names,) = seen_at_restore
+    assert len(names) == 1 and names[0].startswith("gpu-1-GPU-DRV-001-")  # written before the restore ran
+    packet = json.loads((Path(result.outcomes["gpu-1"].evidence) / "packet.json").read_text())
+    assert packet["finding"]["id"] == "GPU-DRV-001" and packet["evidence"] is not None
+    assert packet["incident_report"] and "GPU-DRV-001" in packet["incident_report"]
+    assert "not an escalation" in packet["purpose"]
+    assert result.outcomes["gpu-2"].evidence == "" and not fleet.pages  # nothing paged for a fix
