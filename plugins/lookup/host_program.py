@@ -21,8 +21,9 @@ description:
 options:
   _terms:
     description:
-      - Program names. C(gpuprobe) is the host probe (C(remediation/hostside/gpuprobe.py)); C(gpumemlog) is the GPU
-        memory sampler (C(remediation/hostside/sampler.py)); C(rolloutlease) is the host lease program
+      - Program names. C(gpuprobe) is the host probe, a package (the path is its directory,
+        C(remediation/hostside/gpuprobe), whose C(*.py) files are its modules); C(gpumemlog) is the GPU memory sampler
+        (C(remediation/hostside/sampler.py)); C(rolloutlease) is the host lease program
         (C(remediation/hostside/hostlease.py)).
     type: list
     elements: str
@@ -32,16 +33,23 @@ author:
 """
 
 EXAMPLES = r"""
-- name: Install the probe the audit runs
+- name: Install the GPU memory sampler the train monitor runs
   ansible.builtin.copy:
-    src: "{{ lookup('gpufleet.remediation.host_program', 'gpuprobe') }}"
-    dest: /usr/local/lib/gpufleet/gpuprobe.py
-    mode: "0755"
+    src: "{{ lookup('gpufleet.remediation.host_program', 'gpumemlog') }}"
+    dest: /usr/local/lib/gpufleet/gpumemlog.py
+    mode: "0644"
+
+- name: Install the probe package the audit runs, module by module
+  ansible.builtin.copy:
+    src: "{{ item }}"
+    dest: "/usr/local/lib/gpufleet/gpuprobe/{{ item | basename }}"
+    mode: "0644"
+  loop: "{{ query('ansible.builtin.fileglob', lookup('gpufleet.remediation.host_program', 'gpuprobe') ~ '/*.py') }}"
 """
 
 RETURN = r"""
 _raw:
-  description: One absolute path per program name.
+  description: One absolute path per program name (a directory for a package).
   type: list
   elements: path
 """
@@ -53,10 +61,10 @@ import os  # noqa: E402
 from ansible.errors import AnsibleLookupError  # noqa: E402
 from ansible.plugins.lookup import LookupBase  # noqa: E402
 
-# name -> (package, file in that package); the package is located without being imported (find_spec imports only
-# its parents), so the lookup stays cheap.
+# name -> (package, file in that package, or a directory: a package of its own); the package is located without being
+# imported (find_spec imports only its parents), so the lookup stays cheap.
 PROGRAMS = {
-    "gpuprobe": ("remediation.hostside", "gpuprobe.py"),
+    "gpuprobe": ("remediation.hostside", "gpuprobe/"),
     "gpumemlog": ("remediation.hostside", "sampler.py"),
     "rolloutlease": ("remediation.hostside", "hostlease.py"),
 }
@@ -77,8 +85,9 @@ def program_path(name):
             "or use the gpufleet execution environment"
         )
     for location in spec.submodule_search_locations:
-        path = os.path.join(location, filename)
-        if os.path.isfile(path):
+        path = os.path.join(location, filename.rstrip("/"))
+        found = os.path.isfile(os.path.join(path, "__init__.py")) if filename.endswith("/") else os.path.isfile(path)
+        if found:
             return os.path.realpath(path)
     raise AnsibleLookupError(f"host program {name!r}: {filename} is missing from the installed package {package}")
 

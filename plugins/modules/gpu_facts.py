@@ -2,10 +2,11 @@
 # Apache-2.0 (see the project's pyproject.toml)
 """Ansible module: the GPU host probe's facts document as ``ansible_facts.gpufleet``.
 
-The probe is ``plugins/module_utils/gpuprobe.py`` of the collection, a symbolic link to
-``remediation/hostside/gpuprobe.py``: one implementation for the SSH probe, the timer and this module (ansible-galaxy
-keeps a link inside the collection as a link, so the installed collection has the same single file).  It runs on
-the target: keep it Python 3.8 compatible, standard library only.
+The probe is the package ``plugins/module_utils/gpuprobe`` of the collection, a symbolic link to
+``remediation/hostside/gpuprobe/``: one implementation for the SSH probe, the timer and this module (ansible-galaxy
+keeps a link inside the collection as a link, so the installed collection has the same single package; AnsiballZ
+packs each of its modules, which import each other relatively).  It runs on the target: keep it Python 3.8
+compatible, standard library only.
 """
 
 DOCUMENTATION = r"""
@@ -49,7 +50,7 @@ requirements:
   - Python >= 3.8 on the target
   - pynvml (nvidia-ml-py) on the target, for the NVML section
 notes:
-  - The probe is the collection's module_utils C(gpuprobe), the same file the SSH audit and the
+  - The probe is the collection's module_utils package C(gpuprobe), the same package the SSH audit and the
     C(gpufleet.remediation.gpu_probe_timer) role run.
   - Run it as root for the dpkg lock test; other sections work without.
 author:

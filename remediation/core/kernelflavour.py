@@ -4,8 +4,9 @@ A kernel release is ``<version>-<abi>-<flavour>`` (``6.5.0-1025-azure``, ``6.5.0
 rule follows the BOOTED kernel's flavour: Azure VMs run ``azure`` kernels pulled in by ``linux-azure`` /
 ``linux-image-azure`` / ``linux-headers-azure``; the signed precompiled NVIDIA modules come as
 ``linux-modules-nvidia-<branch>-<release>`` with the meta-package ``linux-modules-nvidia-<branch>-<flavour>``.
-A release is parsed with the probe's own pattern (``remediation/hostside/gpuprobe.py``: ``KERNEL_RELEASE_RE``), and a
-release's flavour is the probe's ``kernel_flavour``: one definition for the host and the controller.
+A release is parsed with the probe's own pattern (``remediation/hostside/gpuprobe/system.py``:
+``KERNEL_RELEASE_RE``), and a release's flavour is the probe's ``kernel_flavour``: one definition for the host and the
+controller.
 
 A driver branch is Ubuntu's whole suffix, never only its number: ``535``, ``535-server`` (the datacenter branch
 ``ubuntu-drivers list --gpgpu`` picks), ``535-open`` (open kernel modules), ``535-server-open``. Every package name

@@ -36,7 +36,7 @@ Metrics (gauges unless marked counter; ``host`` is the inventory name, ``gpu`` t
     gpufleet_audit_timestamp_seconds                            audit start, Unix time (fleet only)
     gpufleet_audit_duration_seconds                             audit wall time (fleet only)
 
-The metrics the probe's own timer writes are defined once, in the probe (``remediation/hostside/gpuprobe.py``,
+The metrics the probe's own timer writes are defined once, in the probe (``remediation/hostside/gpuprobe/prom.py``,
 ``PROM_METRICS``: name, type, HELP): :data:`METRICS` takes them from there, and both producers write their families
 with the probe's ``render_families`` (escaping, number format). The samples are computed on each side, here from the
 typed facts the checks read, there from the raw document; ``tests/unit/test_report_prometheus.py`` holds their

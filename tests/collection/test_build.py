@@ -10,6 +10,7 @@ import shutil
 import subprocess
 import sys
 import tomllib
+import zipfile
 from pathlib import Path
 
 import pytest
@@ -25,7 +26,8 @@ PYPROJECT = tomllib.loads((ROOT / "pyproject.toml").read_text())
 DEPENDENCIES = {Requirement(d).name: Requirement(d) for d in PYPROJECT["project"]["dependencies"]}
 EE = yaml.safe_load((ROOT / "execution-environment.yml").read_text())
 HOSTSIDE = ROOT / "remediation" / "hostside"
-PROBE = HOSTSIDE / "gpuprobe.py"
+PROBE = HOSTSIDE / "gpuprobe"  # the probe: a package
+PROBE_FILES = sorted(p.name for p in PROBE.glob("*.py"))
 # The collection, and nothing else of the project, at the top of the tarball.
 TOP_LEVEL = {"MANIFEST.json", "FILES.json", "README.md", "CHANGELOG.md", "SECURITY.md", "requirements.txt",
              "bindep.txt", "meta", "roles", "playbooks", "plugins", "docs", "remediation"}
@@ -48,12 +50,13 @@ def test_tarball_holds_the_collection_and_no_project_files(built: Built) -> None
     assert {f"roles/{r}/meta/argument_specs.yml" for r in roles} <= set(members)
     playbooks = {p.name for p in (ROOT / "playbooks").glob("*.yml")}
     assert {n.split("/", 1)[1] for n in members if n.startswith("playbooks/")} == playbooks
-    # Of the Python library, only the probe file that plugins/module_utils/gpuprobe.py links to.
+    # Of the Python library, only the probe package that plugins/module_utils/gpuprobe links to: its modules.
     assert {n for n in members if n.startswith("remediation")} == {
-        "remediation", "remediation/hostside", "remediation/hostside/gpuprobe.py"}
+        "remediation", "remediation/hostside", "remediation/hostside/gpuprobe"} | {
+        f"remediation/hostside/gpuprobe/{name}" for name in PROBE_FILES}
     assert {n for n in members if n.startswith("plugins/")} >= {
         "plugins/modules/gpu_facts.py", "plugins/modules/nvidia_module.py", "plugins/modules/dpkg_idle.py",
-        "plugins/module_utils/gpuprobe.py", "plugins/filter/package_patterns.py", "plugins/filter/restore.py",
+        "plugins/module_utils/gpuprobe", "plugins/filter/package_patterns.py", "plugins/filter/restore.py",
         "plugins/lookup/host_program.py"}
     # No role carries plugins of its own any more: one copy of each, in plugins/.
     assert not [n for n in members if re.match(r"roles/[^/]+/(filter_plugins|library|module_utils|lookup_plugins)", n)]
@@ -64,13 +67,23 @@ def test_tarball_holds_the_collection_and_no_project_files(built: Built) -> None
 
 def test_the_probe_ships_once_as_the_module_utils_link(built: Built) -> None:
     members = built.members()
-    link = members["plugins/module_utils/gpuprobe.py"]
-    assert link.issym() and link.linkname == "../../remediation/hostside/gpuprobe.py"
-    assert built.read("remediation/hostside/gpuprobe.py") == PROBE.read_bytes()
+    link = members["plugins/module_utils/gpuprobe"]
+    assert link.issym() and link.linkname == "../../remediation/hostside/gpuprobe"
+    assert not [n for n in members if n.startswith("plugins/module_utils/gpuprobe/")]  # the link, not a copy
+    for name in PROBE_FILES:
+        assert built.read(f"remediation/hostside/gpuprobe/{name}") == (PROBE / name).read_bytes(), name
     # No second copy anywhere in the tarball: no other file defines the probe's collect().
     python_files = [name for name, m in members.items() if m.isfile() and name.endswith(".py")]
     defining_collect = [name for name in python_files if b"\ndef collect(" in built.read(name)]
-    assert defining_collect == ["remediation/hostside/gpuprobe.py"]
+    assert defining_collect == ["remediation/hostside/gpuprobe/collect.py"]
+
+
+def test_the_wheel_carries_the_probe_package(built: Built) -> None:
+    """What the host_program lookup and the SSH bundle read from an installed package: every module of the probe."""
+    with zipfile.ZipFile(built.wheel) as wheel:
+        names = set(wheel.namelist())
+    assert {f"remediation/hostside/gpuprobe/{name}" for name in PROBE_FILES} <= names
+    assert "remediation/hostside/gpuprobe.py" not in names
 
 
 def test_installed_collection_keeps_the_link_and_the_modules_find_the_probe(built: Built, tmp_path: Path) -> None:
@@ -78,9 +91,11 @@ def test_installed_collection_keeps_the_link_and_the_modules_find_the_probe(buil
     cwd.mkdir()
     installed = install_collection(built.tarball, tmp_path / "collections", cwd, clean_env(home, BIN),
                                    BIN / "ansible-galaxy")
-    utils = installed / "plugins" / "module_utils" / "gpuprobe.py"
-    assert utils.is_symlink() and utils.resolve() == (installed / "remediation" / "hostside" / "gpuprobe.py").resolve()
-    assert utils.read_bytes() == PROBE.read_bytes()
+    utils = installed / "plugins" / "module_utils" / "gpuprobe"
+    assert utils.is_symlink() and utils.resolve() == (installed / "remediation" / "hostside" / "gpuprobe").resolve()
+    assert sorted(p.name for p in utils.glob("*.py")) == PROBE_FILES
+    for name in PROBE_FILES:
+        assert (utils / name).read_bytes() == (PROBE / name).read_bytes(), name
     env = clean_env(home, BIN, ANSIBLE_COLLECTIONS_PATH=str(tmp_path / "collections"))
     doc = run([str(BIN / "ansible-doc"), "--json", f"{FQCN}.gpu_facts", f"{FQCN}.nvidia_module", f"{FQCN}.dpkg_idle"],
               cwd, env)
@@ -172,7 +187,7 @@ def test_readme_lines_build_install_and_make_the_ee_build_context(tmp_path: Path
 
 
 @pytest.mark.parametrize("name", ["gpuprobe", "gpumemlog", "rolloutlease"])
-def test_host_program_lookup_finds_the_installed_packages_file(name: str) -> None:
+def test_host_program_lookup_finds_the_installed_packages_program(name: str) -> None:
     sys.path.insert(0, str(ROOT / "plugins" / "lookup"))
     try:
         import host_program  # type: ignore[import-not-found]

@@ -10,6 +10,7 @@ temporary state directory. The tests check each of these before they rely on it.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import re
@@ -29,7 +30,7 @@ from tests.conftest import ROOT, make_lab, require_lab, ssh
 
 pytestmark = pytest.mark.lab
 
-PROBE = ROOT / "remediation" / "hostside" / "gpuprobe.py"
+PROBE = ROOT / "remediation" / "hostside" / "gpuprobe"  # the probe package
 BOOT_KERNEL, NEW_KERNEL, DRIVER = "6.5.0-44-generic", "6.5.0-45-generic", "535.183.01"
 RECAP = re.compile(r"^(?P<host>\S+)\s+: ok=\d+\s+changed=(?P<changed>\d+)\s+unreachable=(?P<unreachable>\d+)\s+"
                    r"failed=(?P<failed>\d+)", re.M)
@@ -160,17 +161,17 @@ def test_audit_timer_by_fqcn_installs_the_packages_probe_and_runs_it(outside: Ou
     assert rc == 0, output[-4000:]
     assert sorted(counts) == ["gpu-1", "gpu-2"] and all(c["changed"] > 0 and c["failed"] == 0 for c in counts.values())
     for host in ("gpu-1", "gpu-2"):
-        # The probe the role copied is the installed package's, which is the checkout's file: the same program.
-        assert remote(olab, host, "sha256sum < /usr/local/lib/gpufleet/gpuprobe.py").split()[0] == (
-            subprocess.run(["sha256sum"], input=PROBE.read_bytes(), capture_output=True, check=True)
-            .stdout.decode().split()[0])
+        # The probe the role copied is the installed package's, which is the checkout's package: the same modules.
+        listing = remote(olab, host, "cd /usr/local/lib/gpufleet/gpuprobe && sha256sum *.py")
+        assert sorted(line.split() for line in listing.splitlines()) == sorted(
+            [hashlib.sha256(p.read_bytes()).hexdigest(), p.name] for p in PROBE.glob("*.py"))
         (line,) = [x for x in remote(olab, host, "cat /etc/cron.d/gpufleet-probe").splitlines()
                    if x.strip() and not x.startswith("#")]
         fields = line.split(None, 6)
         assert fields[:6] == ["*/5", "*", "*", "*", "*", "root"]
         assert shlex.split(fields[6]) == [
             "/usr/bin/flock", "-n", "/run/gpufleet-probe.lock",
-            "/usr/bin/python3", "/usr/local/lib/gpufleet/gpuprobe.py",
+            "/usr/bin/python3", "/usr/local/lib/gpufleet/gpuprobe",
             "--nvml-timeout", "10", "--json-out", "/var/lib/gpufleet/facts.json",
             "--prom-out", "/var/lib/node_exporter/textfile_collector/gpufleet.prom", "--host-label", host]
         facts = json.loads(remote(olab, host, "cat /var/lib/gpufleet/facts.json"))

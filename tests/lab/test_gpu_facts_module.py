@@ -113,9 +113,10 @@ def test_bad_option_fails_before_probing(facts_lab: Any, tmp_path: Path) -> None
     assert "nvml_timeout must be a positive number" in proc.stdout + proc.stderr
 
 
-def test_module_ships_the_probe_file_itself_as_module_utils(tmp_path: Path) -> None:
-    """The collection's module_utils is what Ansible packs: the payload's gpuprobe.py IS the probe file (the link
-    plugins/module_utils/gpuprobe.py -> remediation/hostside/gpuprobe.py)."""
+def test_module_ships_the_probe_package_itself_as_module_utils(tmp_path: Path) -> None:
+    """The collection's module_utils is what Ansible packs: the payload's gpuprobe/ IS the probe package, every
+    module of it (the link plugins/module_utils/gpuprobe -> remediation/hostside/gpuprobe; the package's modules
+    import each other relatively, which AnsiballZ follows)."""
     remote_tmp = tmp_path / "remote"
     env = ansible_env(tmp_path) | {"ANSIBLE_KEEP_REMOTE_FILES": "1", "ANSIBLE_PIPELINING": "0"}
     proc = subprocess.run(
@@ -128,5 +129,9 @@ def test_module_ships_the_probe_file_itself_as_module_utils(tmp_path: Path) -> N
     subprocess.run([sys.executable, str(wrapper), "explode"], cwd=wrapper.parent, check=True, capture_output=True)
     utils = wrapper.parent / "debug_dir" / "ansible_collections" / "gpufleet" / "remediation" / "plugins"
     utils = utils / "module_utils"
-    shipped = utils / "gpuprobe.py"
-    assert shipped.read_bytes() == (ROOT / "remediation" / "hostside" / "gpuprobe.py").read_bytes()
+    probe = ROOT / "remediation" / "hostside" / "gpuprobe"
+    # Every module the import of the package reaches (__main__ is the command line's alone).
+    wanted = sorted(p.name for p in probe.glob("*.py") if p.name != "__main__.py")
+    assert sorted(p.name for p in (utils / "gpuprobe").glob("*.py")) == wanted
+    for name in wanted:
+        assert (utils / "gpuprobe" / name).read_bytes() == (probe / name).read_bytes(), name

@@ -27,7 +27,7 @@ pytestmark = pytest.mark.lab
 
 BIN = Path(sys.executable).parent
 PLAYBOOK = ROOT / "playbooks" / "audit_timer.yml"
-PROBE = "/usr/local/lib/gpufleet/gpuprobe.py"
+PROBE = "/usr/local/lib/gpufleet/gpuprobe"  # the probe package's directory: python3 runs its __main__.py
 FACTS = "/var/lib/gpufleet/facts.json"
 PROM = "/var/lib/node_exporter/textfile_collector/gpufleet.prom"
 CRON_FILE = "/etc/cron.d/gpufleet-probe"
@@ -158,3 +158,19 @@ def test_systemd_variant_renders_its_units_under_check(
     assert "+ExecStart=/usr/bin/flock -n /run/gpufleet-probe.lock /usr/bin/python3 " + PROBE in out
     assert "+OnCalendar=*:0/5" in out
     assert remote(lab, "gpu-1", f"test -f {CRON_FILE} && echo kept").strip() == "kept"  # --check changed nothing
+
+
+def test_upgrade_from_the_single_file_probe(converged: tuple[Any, Path, dict[str, dict[str, int]]]) -> None:
+    """A host an earlier release set up has <install_dir>/gpuprobe.py: the role removes it, puts back a module that
+    differs from the package's, runs the probe again, and the next run changes nothing."""
+    lab, home, _ = converged
+    old = "/usr/local/lib/gpufleet/gpuprobe.py"
+    remote(lab, "gpu-1", f"cp {PROBE}/prom.py {old} && echo '# edited on the host' >> {PROBE}/prom.py")
+    before = json.loads(remote(lab, "gpu-1", f"cat {FACTS}"))["collected_at"]
+    recap, out = playbook(lab, home, "--limit", "gpu-1")
+    assert recap["gpu-1"]["changed"] > 0 and recap["gpu-1"]["failed"] == 0, out[-4000:]
+    assert remote(lab, "gpu-1", f"test -e {old} || echo gone").strip() == "gone"
+    assert "# edited on the host" not in remote(lab, "gpu-1", f"cat {PROBE}/prom.py")
+    assert json.loads(remote(lab, "gpu-1", f"cat {FACTS}"))["collected_at"] > before  # the updated probe ran
+    recap, out = playbook(lab, home, "--limit", "gpu-1")
+    assert recap["gpu-1"]["changed"] == 0, out[-4000:]

@@ -36,7 +36,7 @@ def test_the_table_has_every_code_pynvml_knows() -> None:
 def test_the_table_classes_are_the_probes() -> None:
     """One mapping: the probe (which cannot import this package on a host) classes codes the same way."""
     table = {e.code: e.error_class for e in ERRORS if e.error_class != "other"}
-    assert table == gpuprobe._CODE_TO_CLASS
+    assert table == gpuprobe.nvml._CODE_TO_CLASS
     assert set(CLASS_FINDING) | {"no_devices", "none"} == set(nvml_text.ERROR_CLASSES)
 
 

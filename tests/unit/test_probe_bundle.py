@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from remediation.hostside import bundle, probe_source, pynvml_source
+from remediation.hostside import PROBE_PATH, bundle, bundle_program, probe_source, pynvml_source
 
 SYSTEM_PYTHON = shutil.which("python3", path="/usr/bin:/bin") or "python3"
 
@@ -54,7 +54,10 @@ def test_bundle_passes_arguments_and_embeds_both_files() -> None:
     assert len(program) < 200_000
     doc = _run_bundle(program, "--skip-nvml", "--kernel-release", "9.9.9-1-test", "--root", "/nonexistent")
     assert doc["system"]["kernel"] == "9.9.9-1-test"
-    assert "def collect(" in probe_source()
+    sources = probe_source()
+    assert "def collect(" in sources["gpuprobe.collect"]
+    modules = {f"gpuprobe.{p.stem}" for p in PROBE_PATH.glob("*.py") if p.stem != "__init__"}
+    assert set(sources) == {"gpuprobe"} | modules
 
 
 def _interpreter(version: str) -> str | None:
@@ -76,3 +79,21 @@ def test_bundle_on_older_pythons_when_available(version: str) -> None:
         [exe, "-I", "-S", "-", "--root", "/nonexistent"], input=bundle(), capture_output=True, timeout=60
     )
     assert proc.returncode == 0 and json.loads(proc.stdout)["schema"] == "gpufleet.facts/1"
+
+
+def test_bundle_serves_a_package_from_memory_before_the_hosts_own(tmp_path: Path) -> None:
+    """A package's modules travel in the bundle and import each other relatively; a module of the same name on the
+    host's path (here a decoy in the working directory, on sys.path without -I) never stands in for them."""
+    (tmp_path / "toy").mkdir()
+    (tmp_path / "toy" / "__init__.py").write_text("raise SystemExit('the host copy was imported')\n")
+    sources = {
+        "toy": "from .cli import main\n",
+        "toy.cli": "from .common import WORD\n\n\ndef main(argv):\n    print(WORD, argv, __name__)\n    return 0\n",
+        "toy.common": "WORD = 'bundled'\n",
+    }
+    proc = subprocess.run([SYSTEM_PYTHON, "-S", "-", "a", "b"], input=bundle_program(sources, "toy", False),
+                          cwd=tmp_path, capture_output=True, timeout=60, check=False)
+    assert proc.returncode == 0, proc.stderr.decode()
+    assert proc.stdout.decode() == "bundled ['a', 'b'] toy.cli\n"
+    with pytest.raises(ValueError, match="must be 'toy'"):
+        bundle_program({"toy.cli": "", "other": ""}, "toy", False)

@@ -116,7 +116,7 @@ def test_gone_processes_are_not_unreadable_but_denied_ones_are(tmp_path: Path, m
             raise PermissionError(errno.EACCES, "Permission denied", str(path))
         return real_listdir(path)
 
-    monkeypatch.setattr(gpuprobe.os, "listdir", listdir)
+    monkeypatch.setattr(gpuprobe.devices.os, "listdir", listdir)
     found = _scan(tmp_path)
     assert set(_by_pid(found)) == {812}
     assert found["unreadable"] == 1

@@ -18,7 +18,8 @@ from typing import Any
 
 import pytest
 
-PROBE = Path(__file__).resolve().parents[2] / "remediation" / "hostside" / "gpuprobe.py"
+# The probe package; ``python3 PROBE`` runs it as the timer does (its __main__.py).
+PROBE = Path(__file__).resolve().parents[2] / "remediation" / "hostside" / "gpuprobe"
 
 NVIDIA_PACKAGES = {
     "nvidia-driver-535": "535.183.01-0ubuntu0.22.04.1",

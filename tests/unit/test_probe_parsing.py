@@ -130,7 +130,7 @@ def test_dpkg_status_stanzas() -> None:
         "half",
     ]
     assert entries[1]["Status"] == "hold ok installed"
-    assert [gpuprobe._is_installed(e) for e in entries] == [True, True, False, True]
+    assert [gpuprobe.packages._is_installed(e) for e in entries] == [True, True, False, True]
 
 
 @pytest.mark.parametrize(
@@ -152,7 +152,7 @@ def test_dpkg_status_stanzas() -> None:
     ],
 )
 def test_kernel_meta_packages(name: str, meta: bool) -> None:
-    assert gpuprobe._is_meta_kernel(name) is meta
+    assert gpuprobe.packages._is_meta_kernel(name) is meta
 
 
 @pytest.mark.parametrize(
@@ -169,17 +169,17 @@ def test_upstream_version(version: str | None, upstream: str | None) -> None:
 
 
 def test_driver_package_preference() -> None:
-    name, version, branch = gpuprobe._driver_package(
+    name, version, branch = gpuprobe.packages._driver_package(
         {"libnvidia-compute-550": "550.54.15-0ubuntu1", "nvidia-driver-550-server-open": "550.54.15-0ubuntu1"}
     )
     # The whole branch: the signed modules of 550-server-open are linux-modules-nvidia-550-server-open-<kernel>.
     assert (name, version, branch) == ("nvidia-driver-550-server-open", "550.54.15", "550-server-open")
-    assert gpuprobe._driver_package({"libnvidia-compute-535": "535.183.01-0ubuntu1"}) == (
+    assert gpuprobe.packages._driver_package({"libnvidia-compute-535": "535.183.01-0ubuntu1"}) == (
         "libnvidia-compute-535",
         "535.183.01",
         "535",
     )
-    assert gpuprobe._driver_package({}) == (None, None, None)
+    assert gpuprobe.packages._driver_package({}) == (None, None, None)
 
 
 @pytest.mark.parametrize(
@@ -207,7 +207,7 @@ def test_driver_package_preference() -> None:
     ],
 )
 def test_driver_branch_is_the_whole_suffix(installed: dict[str, str], expected: tuple[str, str, str]) -> None:
-    assert gpuprobe._driver_package(installed) == expected
+    assert gpuprobe.packages._driver_package(installed) == expected
 
 
 @pytest.mark.parametrize(
@@ -220,13 +220,13 @@ def test_driver_branch_is_the_whole_suffix(installed: dict[str, str], expected: 
     ],
 )
 def test_signed_module_package_names_branch_and_kernel(name: str, branch: str, release: str) -> None:
-    match = gpuprobe._SIGNED_PACKAGE_RE.match(name)
+    match = gpuprobe.packages._SIGNED_PACKAGE_RE.match(name)
     assert match is not None and (match.group("branch"), match.group("release")) == (branch, release)
 
 
 def test_signed_module_meta_packages_name_no_kernel() -> None:
     for meta in ("linux-modules-nvidia-535-server-azure", "linux-modules-nvidia-535-open-generic"):
-        assert gpuprobe._SIGNED_PACKAGE_RE.match(meta) is None
+        assert gpuprobe.packages._SIGNED_PACKAGE_RE.match(meta) is None
 
 
 DMESG = """\
@@ -306,7 +306,7 @@ def test_proc_locks_holder_lookup(tmp_path: Path) -> None:
         f"1: -> POSIX  ADVISORY  WRITE 999 {dev} 0 EOF\n"
         "2: FLOCK  ADVISORY  WRITE 77 00:01:1 0 EOF\n"
     )
-    assert gpuprobe._proc_locks_holders(st, text) == [4242]
+    assert gpuprobe.locks._proc_locks_holders(st, text) == [4242]
 
 
 def test_collect_accepts_a_mapping_of_options_and_rejects_unknown_ones() -> None:

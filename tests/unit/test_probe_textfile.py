@@ -19,7 +19,7 @@ from prometheus_client import parser as prometheus_parser
 
 ROOT = Path(__file__).resolve().parents[2]
 PROBE_DIR = ROOT / "remediation" / "hostside"
-PROBE = PROBE_DIR / "gpuprobe.py"
+PROBE = PROBE_DIR / "gpuprobe"  # the package directory: ``python3 PROBE`` runs its __main__.py
 FIXTURES = ROOT / "tests" / "fixtures" / "facts"
 sys.path.insert(0, str(PROBE_DIR))
 import gpuprobe  # noqa: E402
@@ -235,7 +235,7 @@ def test_write_atomic_sets_the_mode_before_the_content_lands(tmp_path: Path, mon
         seen.append(stat.S_IMODE(os.fstat(fd).st_mode))  # before the first byte is written
         return real_fdopen(fd, *args, **kwargs)  # type: ignore[call-overload]
 
-    monkeypatch.setattr(gpuprobe.os, "fdopen", spy)
+    monkeypatch.setattr(gpuprobe.cli.os, "fdopen", spy)
     gpuprobe.write_atomic(str(tmp_path / "new" / "facts.json"), "kernel: NVRM: Xid\n", 0o600, 0o700)
     assert seen == [0o600]
     assert stat.S_IMODE((tmp_path / "new").stat().st_mode) == 0o700

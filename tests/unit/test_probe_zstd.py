@@ -77,7 +77,7 @@ def test_no_zstd_falls_back_to_modinfo(tmp_path: Path, monkeypatch: pytest.Monke
         'case "$2" in version) echo 535.183.01 ;; signer) echo "Canonical Ltd. Kernel Module Signing" ;; esac\n'
     )
     modinfo.chmod(0o755)
-    monkeypatch.setattr(gpuprobe, "_which", lambda name, *a: str(modinfo) if name == "modinfo" else None)
+    monkeypatch.setattr(gpuprobe.modules, "_which", lambda name, *a: str(modinfo) if name == "modinfo" else None)
     assert gpuprobe.module_version(str(path)) == "535.183.01"
     assert gpuprobe.module_signed(str(path)) is True
     argv = (tmp_path / "argv").read_text().splitlines()
@@ -87,7 +87,7 @@ def test_no_zstd_falls_back_to_modinfo(tmp_path: Path, monkeypatch: pytest.Monke
 def test_neither_zstd_nor_modinfo_cannot_tell(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     path = tmp_path / "nvidia.ko.zst"
     path.write_bytes(_zstd(_ko("535.183.01", True)))
-    monkeypatch.setattr(gpuprobe, "_which", lambda name, *a: None)
+    monkeypatch.setattr(gpuprobe.modules, "_which", lambda name, *a: None)
     assert gpuprobe.module_version(str(path)) is None
     assert gpuprobe.module_signed(str(path)) is None
 
@@ -95,25 +95,25 @@ def test_neither_zstd_nor_modinfo_cannot_tell(tmp_path: Path, monkeypatch: pytes
 def test_broken_or_oversized_frames_cannot_tell(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     broken = tmp_path / "broken.ko.zst"
     broken.write_bytes(_zstd(_ko("535.183.01", True))[:-9])  # truncated: zstd exits non-zero
-    real_which = gpuprobe._which
-    monkeypatch.setattr(gpuprobe, "_which", lambda name, *a: real_which(name) if name == "zstd" else None)
+    real_which = gpuprobe.modules._which
+    monkeypatch.setattr(gpuprobe.modules, "_which", lambda name, *a: real_which(name) if name == "zstd" else None)
     assert gpuprobe.module_signed(str(broken)) is None
     big = tmp_path / "big.ko.zst"
     big.write_bytes(_zstd(b"\x00" * (2 * 1024 * 1024)))
     with pytest.raises(gpuprobe.ZstdUnavailable, match="more than 1000 bytes"):
-        list(gpuprobe._zstd_chunks(str(big), max_bytes=1000))
+        list(gpuprobe.modules._zstd_chunks(str(big), max_bytes=1000))
 
 
 def test_a_zstd_that_hangs_is_killed(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     hang = tmp_path / "zstd"
     hang.write_text("#!/bin/sh\nexec sleep 30\n")
     hang.chmod(0o755)
-    monkeypatch.setattr(gpuprobe, "_which", lambda name, *a: str(hang) if name == "zstd" else None)
+    monkeypatch.setattr(gpuprobe.modules, "_which", lambda name, *a: str(hang) if name == "zstd" else None)
     path = tmp_path / "nvidia.ko.zst"
     path.write_bytes(b"\x28\xb5\x2f\xfd")
     started = time.monotonic()
     with pytest.raises(gpuprobe.ZstdUnavailable, match="timed out"):
-        list(gpuprobe._zstd_chunks(str(path), timeout=0.5))
+        list(gpuprobe.modules._zstd_chunks(str(path), timeout=0.5))
     assert time.monotonic() - started < 10  # the child's group was killed, not waited out
 
 
@@ -126,11 +126,11 @@ def test_kernel_entry_of_a_noble_dkms_module(tmp_path: Path) -> None:
     (moddir / "nvidia.ko.zst").write_bytes(_zstd(_ko("535.183.01", False)))
     installed = {f"linux-image-{release}": {"Version": "6.8.0-47.47"}}
     options = gpuprobe.Options(root=str(tmp_path))
-    entry = gpuprobe._kernel_entry(options, release, f"linux-image-{release}", installed, secure_boot=False)
+    entry = gpuprobe.packages._kernel_entry(options, release, f"linux-image-{release}", installed, secure_boot=False)
     module = entry["nvidia_module"]
     assert module["path"] == f"/lib/modules/{release}/updates/dkms/nvidia.ko.zst"
     assert (module["version"], module["source"], module["signed"], module["would_load"]) == (
         "535.183.01", "dkms", False, True,
     )
-    under_sb = gpuprobe._kernel_entry(options, release, f"linux-image-{release}", installed, secure_boot=True)
+    under_sb = gpuprobe.packages._kernel_entry(options, release, f"linux-image-{release}", installed, secure_boot=True)
     assert under_sb["nvidia_module"]["would_load"] is False  # unsigned under Secure Boot: refused, not "unknown"

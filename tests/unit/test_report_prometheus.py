@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import importlib.util
 import json
+import sys
 from pathlib import Path
 from types import ModuleType
 
@@ -18,7 +19,7 @@ from test_report_common import DOWN_HOST, FACTS, S1_HOST, THERMAL_HOST, build_re
 from remediation.core.facts import facts_from_dict
 from remediation.report.prometheus import METRICS, escape_label_value, render_host_prometheus, render_prometheus
 
-PROBE = Path(__file__).resolve().parents[2] / "remediation" / "hostside" / "gpuprobe.py"
+PROBE = Path(__file__).resolve().parents[2] / "remediation" / "hostside" / "gpuprobe"
 
 
 def samples(text: str) -> list[Sample]:
@@ -150,10 +151,15 @@ def test_host_textfile_uses_the_same_names() -> None:
 
 
 def load_probe() -> ModuleType:
-    """remediation/hostside/gpuprobe.py, the script the on-host timer runs (not a package module)."""
-    spec = importlib.util.spec_from_file_location("gpuprobe_for_report_tests", PROBE)
+    """remediation/hostside/gpuprobe/, the package the on-host timer runs, loaded on its own under another name (not
+    as remediation.hostside.gpuprobe)."""
+    name = "gpuprobe_for_report_tests"
+    if name in sys.modules:
+        return sys.modules[name]
+    spec = importlib.util.spec_from_file_location(name, PROBE / "__init__.py", submodule_search_locations=[str(PROBE)])
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module  # before it runs: its relative imports find their package there
     spec.loader.exec_module(module)
     return module
 

@@ -1,1 +1,0 @@
-../../remediation/hostside/gpuprobe.py
