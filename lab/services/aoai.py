@@ -2,6 +2,9 @@
 
 ``POST /openai/deployments/{deployment}/chat/completions?api-version=...`` on a real HTTP server on loopback:
 
+- **limits per model**: a deployment's RPM is its ``rpm``, else its TPM converted with its model's capacity unit, as
+  Azure allocates quota (:data:`CAPACITY_UNITS`, this stand-in's own table of the quota page's "units of capacity":
+  older chat models 6 RPM per 1,000 TPM, o1 1 RPM per 6,000 TPM, o3-mini 1 RPM per 10,000 TPM, ...).
 - **admission**: a request is charged its prompt tokens + ``max_tokens`` (or ``max_completion_tokens``, default
   :data:`DEFAULT_MAX_TOKENS`; times ``n``) against the deployment's tokens per minute over a rolling window, and
   counted against RPM/6 per sixth of that window (Azure: per 10 seconds). A request that would exceed either is
@@ -42,9 +45,25 @@ from urllib.parse import parse_qs, urlsplit
 from lab.errors import LabError
 from lab.services import LoopbackService, require_loopback
 
-__all__ = ["DEFAULT_MAX_TOKENS", "Arrival", "FakeAzureOpenAI", "FakeDeployment"]
+__all__ = ["CAPACITY_UNITS", "DEFAULT_MAX_TOKENS", "Arrival", "FakeAzureOpenAI", "FakeDeployment"]
 
 DEFAULT_MAX_TOKENS = 4096
+
+#: model -> (RPM, TPM) of one unit of capacity: the table under "o-series rate limits" of "Azure OpenAI in Azure AI
+#: Foundry Models quotas and limits" (https://learn.microsoft.com/en-us/azure/ai-foundry/openai/quotas-limits,
+#: ms.date 2025-07-11). A model not named here is an "older chat model": 6 RPM per 1,000 TPM. The stand-in keeps its
+#: own copy on purpose: it plays the service, and must not take the client's view of it.
+CAPACITY_UNITS: dict[str, tuple[int, int]] = {
+    "o1": (1, 6000),
+    "o1-preview": (1, 6000),
+    "o3": (1, 1000),
+    "o4-mini": (1, 1000),
+    "o3-mini": (1, 10_000),
+    "o1-mini": (1, 10_000),
+    "o3-pro": (1, 10_000),
+}
+_OLDER_CHAT_UNIT = (6, 1000)
+_DATED = re.compile(r"-\d{4}-\d{2}-\d{2}$")
 _ROUTE = re.compile(r"^/openai/deployments/([^/]+)/chat/completions$")
 _CLASSIC = (
     "Requests to the ChatCompletions_Create Operation under Azure OpenAI API version {version} have exceeded {what} "
@@ -63,7 +82,7 @@ _NEWER = (
 class FakeDeployment:
     name: str
     tpm: int
-    rpm: int | None = None  # default: 6 per 1,000 TPM
+    rpm: int | None = None  # default: the TPM in the model's capacity units (CAPACITY_UNITS; else 6 per 1,000 TPM)
     region: str = "East US"
     model: str = "gpt-4o"
     retry_after_override_s: float | None = None  # every 429 says this (e.g. 86400)
@@ -72,7 +91,11 @@ class FakeDeployment:
 
     @property
     def requests_per_minute(self) -> int:
-        return self.rpm if self.rpm is not None else max(1, self.tpm * 6 // 1000)
+        if self.rpm is not None:
+            return self.rpm
+        model = self.model.lower()
+        unit_rpm, unit_tpm = CAPACITY_UNITS.get(model) or CAPACITY_UNITS.get(_DATED.sub("", model), _OLDER_CHAT_UNIT)
+        return max(1, self.tpm * unit_rpm // unit_tpm)
 
 
 @dataclass(frozen=True)

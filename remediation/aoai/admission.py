@@ -22,7 +22,7 @@ __all__ = ["Admission", "SlidingWindow", "default_rpm"]
 
 
 def default_rpm(tpm: int) -> int:
-    """Azure's default requests-per-minute for a tokens-per-minute quota: 6 RPM per 1,000 TPM."""
+    """Requests per minute at 6 RPM per 1,000 TPM: Azure's "older chat models" (per model: ``limits.rpm_for``)."""
     return max(1, (tpm * 6) // 1000)
 
 

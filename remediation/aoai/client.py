@@ -17,6 +17,13 @@ Use it as the transport of any ``httpx.Client``, or give that client to the Open
 Every request to ``/openai/deployments/<any>/...`` is served by the pool of deployments (the name in the path is
 replaced by the chosen deployment's, the host by its endpoint); other requests pass through untouched.
 
+**Paths the client does not manage.** The Responses API (``client.responses.create``: ``/openai/responses``) and the
+v1 API (``base_url=https://<resource>.openai.azure.com/openai/v1/``, the model in the body: ``/openai/v1/...``) pass
+through as sent: no admission queue, no 429 handling, no records. The client says so once per path (a warning on the
+``remediation.aoai.client`` logger, and ``ClientStats.unmanaged``), so nobody believes such traffic is kept under the
+limits. Use the deployments route (``openai.AzureOpenAI(azure_endpoint=..., api_version=...)`` with
+``chat.completions``) for traffic that must be.
+
 **Credentials are scoped per deployment.** A deployment's own ``api_key`` (or ``token_provider``, sent as
 ``Authorization: Bearer``) is sent to that deployment only, and replaces whatever the caller sent. The caller's
 ``api-key``, ``Authorization`` and ``Ocp-Apim-Subscription-Key`` headers (the SDK's key) are sent only to a
@@ -26,9 +33,11 @@ never to another host. Endpoints must be ``https://``; plain ``http://`` is refu
 
 1. **Admission queue.** The charge Azure will count (prompt tokens + ``max_tokens``, :mod:`remediation.aoai.tokens`)
    is checked against each deployment's rolling-minute TPM and 10-second RPM/6 windows
-   (:mod:`remediation.aoai.admission`). It goes to the highest-priority deployment that admits it now (weights share
-   the load within a priority); when none does it waits, first in first out, for the earliest one. Nothing is sent
-   that the client's own count says would be rejected.
+   (:mod:`remediation.aoai.admission`). A deployment's RPM is its ``rpm``, else its TPM times its model's RPM per
+   1,000 TPM (:mod:`remediation.aoai.limits`: 1 for o3 and o4-mini, 1/6 for o1, 1/10 for o3-mini; 6 for models the
+   table does not name), overridable per deployment with ``rpm_per_1000_tpm``. It goes to the highest-priority
+   deployment that admits it now (weights share the load within a priority); when none does it waits, first in first
+   out, for the earliest one. Nothing is sent that the client's own count says would be rejected.
 2. **429.** The delay is the server's hint (``retry-after-ms`` > ``retry-after`` seconds > HTTP-date > "retry after N
    seconds" in the body, :mod:`remediation.aoai.hints`) when it is within ``retry_after_cap_s`` (60 s); without a hint,
    exponential backoff with jitter. The deployment is paused for that delay and the request queues again (ahead of
@@ -49,8 +58,10 @@ Thread-safe: one transport serves any number of threads. Synchronous httpx only 
 
 from __future__ import annotations
 
+import dataclasses
 import ipaddress
 import json
+import logging
 import math
 import random
 import re
@@ -64,15 +75,19 @@ from typing import Any
 
 import httpx
 
-from remediation.aoai.admission import Admission, Limits, default_rpm
+from remediation.aoai.admission import Admission, Limits
 from remediation.aoai.hints import RetryHint, retry_hint
+from remediation.aoai.limits import rpm_for, rpm_per_1000_tpm
 from remediation.aoai.records import ClientStats, LogSink, RequestRecord, Sink
 from remediation.aoai.tokens import OFFLINE_ENCODING, TokenCounter, TokenEstimate, counter, estimate_request
 from remediation.core.errors import UsageError
 
-__all__ = ["AoaiTransport", "ClientConfig", "Deployment", "Pool", "azure_openai", "http_client"]
+__all__ = ["AoaiTransport", "ClientConfig", "Deployment", "Pool", "azure_openai", "http_client", "with_overrides"]
 
 _ROUTE = re.compile(r"^(?P<prefix>.*?)/openai/deployments/(?P<deployment>[^/]+)/(?P<rest>.+)$")
+# paths the client does not manage: the v1 API (model in the body) and the Responses API (no deployment in the path)
+_UNMANAGED = re.compile(r"/openai/(?:(?P<v1>v1)/(?P<op>chat/completions|[^/]+)|(?P<responses>responses))(?:/|$)")
+_log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -82,13 +97,15 @@ class Deployment:
     name: str  # the deployment name in the URL path
     endpoint: str  # https://<resource>.openai.azure.com (or an APIM gateway URL)
     tpm: int  # tokens-per-minute quota of the deployment
-    rpm: int | None = None  # requests per minute; default 6 per 1,000 TPM (Azure's ratio)
+    rpm: int | None = None  # requests per minute; default: tpm x the model's RPM per 1,000 TPM (limits.py)
     priority: int = 1  # lower first: 1 = primary, 2 = overflow, ...
     weight: float = 1.0  # share of the load among deployments of the same priority
     region: str = ""
     api_key: str | None = field(default=None, repr=False)  # sent as api-key to this deployment only; never logged
     # Microsoft Entra ID: called for each request to this deployment, sent as "Authorization: Bearer <token>"
     token_provider: Callable[[], str] | None = field(default=None, repr=False, compare=False)
+    model: str = ""  # the model deployed (o3-mini, gpt-4o, ...): picks the RPM per 1,000 TPM when rpm is not given
+    rpm_per_1000_tpm: float | None = None  # overrides the model's ratio (limits.RPM_PER_1000_TPM)
 
     def __post_init__(self) -> None:
         if not self.name or "/" in self.name:
@@ -96,10 +113,43 @@ class Deployment:
         _check_endpoint(self.name, self.endpoint)
         if self.tpm <= 0 or (self.rpm is not None and self.rpm <= 0) or self.weight <= 0:
             raise UsageError(f"deployment {self.name}: tpm, rpm and weight must be positive")
+        if self.rpm_per_1000_tpm is not None and not (
+            math.isfinite(self.rpm_per_1000_tpm) and self.rpm_per_1000_tpm > 0
+        ):
+            raise UsageError(f"deployment {self.name}: rpm_per_1000_tpm {self.rpm_per_1000_tpm} must be positive")
 
     @property
     def requests_per_minute(self) -> int:
-        return self.rpm if self.rpm is not None else default_rpm(self.tpm)
+        """``rpm``, else ``tpm`` x ``rpm_per_1000_tpm``, else ``tpm`` x the model's ratio (6 per 1,000 if unknown)."""
+        if self.rpm is not None:
+            return self.rpm
+        return rpm_for(self.tpm, self.model, self.rpm_per_1000_tpm)
+
+    @property
+    def rpm_source(self) -> str:
+        """Where :attr:`requests_per_minute` comes from, in words."""
+        if self.rpm is not None:
+            return "rpm given"
+        if self.rpm_per_1000_tpm is not None:
+            return f"{self.rpm_per_1000_tpm:g} RPM per 1,000 TPM given"
+        ratio, known = rpm_per_1000_tpm(self.model)
+        if known:
+            return f"{self.model}: {float(ratio):g} RPM per 1,000 TPM (Azure's quota table)"
+        what = f"model {self.model!r} not in the table" if self.model else "no model given"
+        return f"{what}: the default {float(ratio):g} RPM per 1,000 TPM"
+
+
+def with_overrides(deployments: Iterable[Deployment], rpm_per_1000_tpm: dict[str, float]) -> list[Deployment]:
+    """``deployments`` with the ratios of ``aoai.rpm_per_1000_tpm`` (deployment name -> RPM per 1,000 TPM) applied;
+    a deployment with its own ``rpm`` keeps it. A name that matches no deployment is an error (a typo)."""
+    out = list(deployments)
+    unknown = sorted(set(rpm_per_1000_tpm) - {d.name for d in out})
+    if unknown:
+        raise UsageError(f"aoai.rpm_per_1000_tpm names no deployment of the pool: {', '.join(unknown)}")
+    return [
+        dataclasses.replace(d, rpm_per_1000_tpm=rpm_per_1000_tpm[d.name]) if d.name in rpm_per_1000_tpm else d
+        for d in out
+    ]
 
 
 @dataclass(frozen=True)
@@ -167,6 +217,13 @@ class Pool:
             raise UsageError("each deployment (name at endpoint) may be given once")
         self.config = config
         self.states = [_State(d, config) for d in deployments]
+        for d in deployments:
+            if d.rpm is None and d.rpm_per_1000_tpm is None and d.model and not rpm_per_1000_tpm(d.model)[1]:
+                _log.warning(
+                    "remediation.aoai: deployment %s: %s; give rpm or rpm_per_1000_tpm if Azure shows another RPM",
+                    d.name,
+                    d.rpm_source,
+                )
         self.rng = rng or random.Random()  # noqa: S311 - jitter, not security
 
     def choose(self, charge: float, now: float, deadline: float) -> tuple[_State | None, float, str | None]:
@@ -261,6 +318,7 @@ class AoaiTransport(httpx.BaseTransport):
         self.stats = ClientStats()
         self._lock = threading.Lock()
         self._queue: deque[_Waiter] = deque()
+        self._warned: set[str] = set()  # unmanaged paths already named once
 
     # --- the queue -------------------------------------------------------------------------------------------
 
@@ -301,6 +359,7 @@ class AoaiTransport(httpx.BaseTransport):
     def handle_request(self, request: httpx.Request) -> httpx.Response:
         route = _ROUTE.match(request.url.path)
         if route is None:
+            self._unmanaged(request)
             return self.inner.handle_request(request)
         body = request.read()
         estimate = estimate_request(body, self.counter, self.config.default_max_tokens)
@@ -341,6 +400,28 @@ class AoaiTransport(httpx.BaseTransport):
             if kind == "cooldown":
                 call.cooled.append(state.name)
             last_429 = response
+
+    def _unmanaged(self, request: httpx.Request) -> None:
+        """Say once per path that a v1 API or Responses API request passes through unmanaged."""
+        found = _UNMANAGED.search(request.url.path)
+        if found is None:
+            return
+        if found.group("responses"):
+            path, what = "/openai/responses", "the Responses API"
+        else:
+            path, what = f"/openai/v1/{found.group('op')}", "the v1 API, model in the body"
+        with self._lock:
+            if path in self._warned:
+                return
+            self._warned.add(path)
+        with self.stats._lock:
+            self.stats.unmanaged.append(path)
+        _log.warning(
+            "remediation.aoai: %s (%s) is not managed: no admission queue, no 429 handling, no request records; "
+            "it passes through as sent (use /openai/deployments/<name>/chat/completions for managed traffic)",
+            path,
+            what,
+        )
 
     def _to_deployment(
         self, request: httpx.Request, deployment: Deployment, route: re.Match[str], body: bytes

@@ -112,6 +112,7 @@ class ClientStats:
     gave_up: int = 0
     http_errors: int = 0
     queued_s: float = 0.0
+    unmanaged: list[str] = field(default_factory=list)  # paths passed through unmanaged (v1, Responses), once each
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
     def for_deployment(self, name: str) -> DeploymentCounters:
@@ -130,5 +131,6 @@ class ClientStats:
                 "http_errors": self.http_errors,
                 "throttled": self.throttled,
                 "queued_s": round(self.queued_s, 3),
+                "unmanaged": list(self.unmanaged),
                 "deployments": {name: asdict(c) for name, c in self.deployments.items()},
             }

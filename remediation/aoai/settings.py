@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+
+from remediation.core.errors import UsageError
 
 __all__ = ["AoaiSettings"]
 
@@ -24,3 +26,10 @@ class AoaiSettings:
     alert_429_count: int = 10  # 429s in the window that fire the 429 alert
     alert_severity: int = 2  # Azure Monitor severity 0 (critical) .. 4 (verbose)
     api_version: str = "2024-10-21"
+    # deployment name -> RPM per 1,000 TPM, over the model's ratio (remediation.aoai.limits): e.g. {my-o3: 1}
+    rpm_per_1000_tpm: dict[str, float] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        for name, ratio in self.rpm_per_1000_tpm.items():
+            if not (isinstance(ratio, (int, float)) and 0 < ratio < float("inf")):
+                raise UsageError(f"setting aoai.rpm_per_1000_tpm.{name}: {ratio} must be a positive number")
