@@ -13,7 +13,7 @@ It answers the requests the official ``kubernetes`` Python client sends for ``in
   ``metadata`` and ``spec``; a list, such as ``spec.taints``, is replaced whole here); a ``metadata.resourceVersion``
   in the patch is a precondition (409 ``Conflict`` when the node has changed since); every change bumps it.
   Another content type (a JSON patch, server-side apply) is 415
-- ``GET /version``
+- ``GET /version`` (``version=``, default v1.30.6)
 
 as the real API server does: ``v1`` List objects with ``apiVersion``/``kind``/``metadata.resourceVersion``,
 ``application/json``, ``Status`` objects for errors (401 without the bearer token, 404, 405 for a method a path does
@@ -21,7 +21,9 @@ not take, 400 for a field selector it cannot read or a patch that is not a JSON 
 served; each connection handles one request.
 
 :func:`kubeconfig` writes a kubeconfig that points the client at it (``http://127.0.0.1:PORT``, a bearer token).
-:mod:`lab.services.k8s_scenarios` builds the clusters the tests and the demo load into it.
+:mod:`lab.services.k8s_scenarios` builds the clusters the tests and the demo load into it, their
+FailedScheduling events written as kube-scheduler's ``FitError.Error()`` writes them (1.34+ DRA clause, 1.35 hidden
+taint key: :func:`~lab.services.k8s_scenarios.scheduler_message`).
 """
 
 from __future__ import annotations
@@ -100,12 +102,14 @@ class FakeKubeApi(LoopbackService):
         events: Iterable[Mapping[str, Any]] = (),
         host: str = "127.0.0.1",
         token: str | None = None,
+        version: str = "v1.30.6",
     ) -> None:
         require_loopback(host, "Kubernetes API stand-in")
         self.pods = [dict(p) for p in pods]
         self.nodes = [dict(n) for n in nodes]
         self.events = [dict(e) for e in events]
         self.token = token or secrets.token_hex(16)
+        self.version = version
         self.requests: list[str] = []
         self._lock = threading.Lock()
         self._server = ThreadingHTTPServer((host, 0), self._handler())
@@ -134,7 +138,13 @@ class FakeKubeApi(LoopbackService):
             return 400, _status(400, "BadRequest", f"invalid field selector: {exc}")
         path = url.path.rstrip("/")
         if path == "/version":
-            return 200, {"major": "1", "minor": "30", "gitVersion": "v1.30.6", "platform": "linux/amd64"}
+            major, _, rest = self.version.lstrip("v").partition(".")
+            return 200, {
+                "major": major,
+                "minor": rest.partition(".")[0],
+                "gitVersion": self.version,
+                "platform": "linux/amd64",
+            }
         if path == "/api/v1/nodes":
             return 200, self._list("Node", [n for n in self.nodes if _matches(n, terms)])
         if path == "/api/v1/events":

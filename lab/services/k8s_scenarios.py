@@ -7,6 +7,11 @@ them (``kubectl get -o json``), built as data.
 - :func:`capacity_cluster`: the same pod with the toleration, every GPU in use; the pool at maxCount and the family
   quota full (ARM's agentPools and usages lists).
 - :func:`node_state_cluster`: the GPU nodes not ready (node-health taints): fix the node, never tolerate.
+- :func:`hidden_taint_cluster`: a 1.35 cluster with DRA: the pod selects no pool and lacks the toleration; the
+  message hides the taint and the CPU nodes say "Insufficient nvidia.com/gpu" (text alone: ambiguous).
+
+Scheduler messages are rendered by :func:`scheduler_message` as kube-scheduler's ``FitError.Error()`` writes them
+(pkg/scheduler/framework/types.go), with the DynamicResources PostFilter clause of 1.34+ when DRA is on.
 - :func:`latency_snapshot`: runbook S5: a vLLM pod restarted after OOMKilled, evicted before, 164 s model loads,
   a hot GPU on its node, CPU-hungry neighbours.
 """
@@ -20,9 +25,11 @@ from typing import Any
 __all__ = [
     "Cluster",
     "capacity_cluster",
+    "hidden_taint_cluster",
     "latency_snapshot",
     "node_state_cluster",
     "runbook_cluster",
+    "scheduler_message",
     "write_snapshot",
 ]
 
@@ -36,6 +43,29 @@ MESSAGE_135 = (
     "0/12 nodes are available: 3 node(s) had untolerated taint(s), 9 node(s) didn't match Pod's node "
     "affinity/selector. preemption: 0/12 nodes are available: 12 Preemption is not helpful for scheduling."
 )
+
+#: The PostFilter message of the DynamicResources plugin (1.34+ with DRA on) when it has no claim to free.
+DRA_NO_CLAIMS = "no new claims to deallocate"
+
+
+def scheduler_message(
+    total: int, reasons: dict[str, int], preemption: dict[str, int] | None = None, *, dra: bool = False
+) -> str:
+    """A FailedScheduling message as kube-scheduler's ``FitError.Error()`` writes it: ``"0/%v nodes are
+    available:"``, then ``" %v."`` of the histogram (``"N reason"``, sorted as strings, joined by ``", "``) and of
+    the PostFilter messages joined by ``", "``: DRA's "no new claims to deallocate" (``dra``), then preemption's
+    ``"preemption: 0/%v nodes are available: ..."``."""
+
+    def histogram(counts: dict[str, int]) -> str:
+        return ", ".join(sorted(f"{n} {text}" for text, n in counts.items()))
+
+    text = f"0/{total} nodes are available: {histogram(reasons)}."
+    post = [DRA_NO_CLAIMS] if dra else []
+    if preemption:
+        post.append(f"preemption: 0/{total} nodes are available: {histogram(preemption)}")
+    if post:
+        text += f" {', '.join(post)}."
+    return text
 
 
 def node(
@@ -233,10 +263,11 @@ def capacity_cluster() -> Cluster:
         )
         for i, n in enumerate(gpu_nodes)
     ]
-    message = (
-        "0/12 nodes are available: 3 Insufficient nvidia.com/gpu, 9 node(s) didn't match Pod's node "
-        "affinity/selector. preemption: 0/12 nodes are available: 3 No preemption victims found for "
-        "incoming pod, 9 Preemption is not helpful for scheduling."
+    message = scheduler_message(  # a 1.34+ cluster with DRA on: the DynamicResources clause before preemption's
+        12,
+        {"Insufficient nvidia.com/gpu": 3, "node(s) didn't match Pod's node affinity/selector": 9},
+        {"No preemption victims found for incoming pod": 3, "Preemption is not helpful for scheduling": 9},
+        dra=True,
     )
     return {
         "pod": training,
@@ -323,6 +354,25 @@ def node_state_cluster() -> Cluster:
         "nodes": [*_gpu_nodes(ready=False, extra_taints=[not_ready]), *_cpu_nodes()],
         "pods": [training],
         "events": [event(training, "FailedScheduling", message)],
+    }
+
+
+def hidden_taint_cluster() -> Cluster:
+    """1.35 with DRA: the pod asks for a GPU, selects no pool and lacks ``sku=gpu``; the 9 CPU nodes have no GPUs.
+    The message names no taint, so text alone cannot tell the toleration from GPU capacity; the nodes can."""
+    training = pod("training-job-7b-xyz", "ml-team", gpus=1, owner=("Job", "training-job-7b"))
+    message = scheduler_message(
+        12,
+        {"node(s) had untolerated taint(s)": 3, "Insufficient nvidia.com/gpu": 9},
+        {"Preemption is not helpful for scheduling": 12},
+        dra=True,
+    )
+    return {
+        "pod": training,
+        "nodes": [*_gpu_nodes(), *_cpu_nodes()],
+        "pods": [training],
+        "events": [event(training, "FailedScheduling", message, count=4)],
+        "version": "v1.35.0",
     }
 
 

@@ -8,8 +8,9 @@
 
 Both have the facts ``total_nodes`` (int or null), ``reasons`` (``[{"count", "reason", "raw", "taint_key",
 "taint_value", "resource"}]``), ``preemption`` (``no_victims | not_helpful | null``) and ``verdict``
-(``constraint | capacity | node_state | null``), from :func:`remediation.k8s.pending.diagnose_text`, the function
-``invoke k8s.diagnose-pending`` runs.
+(``constraint | capacity | node_state | ambiguous | null``; ambiguous: the message hides the taint key and other
+nodes lack GPUs, so a missing toleration and GPU capacity explain it equally), from
+:func:`remediation.k8s.pending.diagnose_text`, the function ``invoke k8s.diagnose-pending`` runs.
 
 - ``model-load``: a model server's log (vLLM, TGI, Triton, TorchServe, Ollama); facts ``load_seconds`` (float or
   null) and ``server``; findings from :func:`remediation.k8s.latency.load_findings`.

@@ -18,7 +18,10 @@ the nodes themselves, so a 1.35 message that hides the taint key still names ``s
 - else (every node fails a hard constraint the pod states: required affinity, node name, host ports): constraint,
   with no automatic patch.
 
-Without a snapshot the verdict is :func:`remediation.k8s.scheduling.text_verdict` of the latest message.
+Without a snapshot the verdict is :func:`remediation.k8s.scheduling.text_verdict` of the latest message. When the
+message hides the taint key (1.35+ "untolerated taint(s)") and other nodes lack GPUs, the text cannot tell a missing
+toleration from GPU capacity: the verdict is **ambiguous**, K8S-PEND-001 (with the hint to replay the filters on the
+nodes: ``--pod P -n NS`` or ``--snapshot DIR``) and K8S-PEND-004 are both reported, the toleration first.
 """
 
 from __future__ import annotations
@@ -34,6 +37,7 @@ from remediation.k8s.evaluator import Failure, NodeResult, evaluate
 from remediation.k8s.objects import Pod, Taint, Toleration, pod_from_dict
 from remediation.k8s.patch import PodFix, apply_patch, build_fix, toleration_for
 from remediation.k8s.scheduling import (
+    AMBIGUOUS,
     CAPACITY,
     CONSTRAINT,
     NODE_STATE,
@@ -161,6 +165,7 @@ def _messages(text: str, snapshot: Snapshot | None) -> EventsText:
                     m.scale_up_failure,
                     None,
                     event.component,
+                    m.postfilter,
                 )
             )
     return EventsText(tuple(found))
@@ -262,7 +267,7 @@ def _who(ctx: _Context) -> str:
 
 def _rule_untolerated_taint(ctx: _Context) -> list[Finding]:
     """K8S-PEND-001: the pod lacks a toleration for the taint of the nodes it belongs on."""
-    if ctx.verdict != CONSTRAINT:
+    if ctx.verdict not in (CONSTRAINT, AMBIGUOUS):
         return []
     if ctx.evaluated:
         if ctx.best is None or not ctx.best.taints:
@@ -297,8 +302,18 @@ def _rule_untolerated_taint(ctx: _Context) -> list[Finding]:
         summary = f"{count} node(s) had untolerated taint {', '.join(dict.fromkeys(named))}: add the toleration"
     else:
         summary = (
-            f"{count} node(s) had untolerated taint(s) this scheduler version does not name: run "
-            "invoke k8s.diagnose-pending --pod P -n NS (or --snapshot DIR) to name them from the nodes"
+            f"{count} node(s) had untolerated taint(s) this scheduler version does not name"
+            + (
+                " (Kubernetes 1.35+ hides the key)"
+                if ctx.message is not None and ctx.message.era == "taint_v135"
+                else ""
+            )
+            + (
+                ": a missing toleration explains the Pending pod as well as GPU capacity does (K8S-PEND-004)"
+                if ctx.verdict == AMBIGUOUS
+                else ""
+            )
+            + ": run invoke k8s.diagnose-pending --pod P -n NS (live) or --snapshot DIR to name them from the nodes"
         )
     return [make_finding("K8S-PEND-001", summary, _evidence(ctx, ["untolerated_taint"]))]
 
@@ -400,7 +415,7 @@ def _is_gpu(resource: str, gpu_resource: str) -> bool:
 
 def _rule_gpu_capacity(ctx: _Context) -> list[Finding]:
     """K8S-PEND-004: no node of the pod's pool has the GPUs it requests free."""
-    if ctx.verdict not in (CAPACITY, CONSTRAINT) or (ctx.verdict == CONSTRAINT and not ctx.evaluated):
+    if ctx.verdict not in (CAPACITY, CONSTRAINT, AMBIGUOUS) or (ctx.verdict == CONSTRAINT and not ctx.evaluated):
         return []
     gpu = [(res, detail) for res, detail in _lacking(ctx) if _is_gpu(res, ctx.gpu_resource)]
     if not gpu:
@@ -410,10 +425,11 @@ def _rule_gpu_capacity(ctx: _Context) -> list[Finding]:
         node = ctx.best.result.node
         where = f" on pool {node.pool or node.name}" if _offers(ctx.best.result, ctx.pod) else " (no node has GPUs)"
     lines = [detail for _res, detail in gpu]
+    unless = " (unless the untolerated taint(s) hide the GPU pool: K8S-PEND-001)" if ctx.verdict == AMBIGUOUS else ""
     return [
         make_finding(
             "K8S-PEND-004",
-            f"not enough free {gpu[0][0]}{where}: " + "; ".join(dict.fromkeys(lines)),
+            f"not enough free {gpu[0][0]}{where}{unless}: " + "; ".join(dict.fromkeys(lines)),
             [*lines, *_evidence(ctx)],
         )
     ]
@@ -421,7 +437,7 @@ def _rule_gpu_capacity(ctx: _Context) -> list[Finding]:
 
 def _rule_other_capacity(ctx: _Context) -> list[Finding]:
     """K8S-PEND-005: CPU, memory, pods, volumes or another resource is short on every node the pod could use."""
-    if ctx.verdict not in (CAPACITY, CONSTRAINT) or (ctx.verdict == CONSTRAINT and not ctx.evaluated):
+    if ctx.verdict not in (CAPACITY, CONSTRAINT, AMBIGUOUS) or (ctx.verdict == CONSTRAINT and not ctx.evaluated):
         return []
     other = [(res, detail) for res, detail in _lacking(ctx) if not _is_gpu(res, ctx.gpu_resource)]
     if not other:
@@ -611,8 +627,21 @@ def diagnose_pending(
             )
         if snapshot is not None and pod is not None and pod.node_name and pod.phase not in ("Pending", ""):
             notes.append(f"pod is {pod.phase} on {pod.node_name}: not Pending")
+    elif message is not None and any(r.reason == "untolerated_taint" and not r.taint_key for r in message.reasons):
+        hidden = (
+            "the message (Kubernetes 1.35+) does not name the taint"
+            if message.era == "taint_v135"
+            else "the message does not name the taint"
+        )
+        notes.append(
+            hidden
+            + (": a missing toleration and GPU capacity explain it equally" if verdict == AMBIGUOUS else "")
+            + "; replay the scheduler's filters on the nodes: invoke k8s.diagnose-pending --pod P -n NS (live) "
+            "or --snapshot DIR"
+        )
     capacity: CapacityAdvice | None = None
-    if verdict == CAPACITY or capacity_needed or (any(m.count("max_group_size") for m in autos) and (pools or usages)):
+    at_max = any(m.count("max_group_size") for m in autos) and bool(pools or usages)
+    if verdict in (CAPACITY, AMBIGUOUS) or capacity_needed or at_max:
         gpus = _gpu_request(pod, gpu_resource) if pod is not None else 0
         node = best.result.node if best is not None else None
         offers = node is not None and node.allocatable.get(gpu_resource, Decimal(0)) > 0

@@ -3,12 +3,20 @@ cluster autoscaler's events, and event tables as ``kubectl describe pod`` / ``ku
 
 The grammar (kube-scheduler ``framework.Diagnosis`` / ``FitError.Error``, and the predicates before it)::
 
-    message    = [head] histogram ["." "preemption:" [head] histogram] ["."]
+    message    = [head] [prefilter "."] histogram ["." postfilter {"," postfilter}] ["."]
+    postfilter = "preemption:" [head] histogram      (DefaultPreemption)
+               | "no new claims to deallocate"       (DynamicResources, 1.34+ with DRA) | any other plugin's text
     head       = "0/" N " nodes are available:"          (1.10+; "0 /3" as users retype it)
                | "No nodes are available that match all of the [following] predicates:"[":"]   (<= 1.9)
                | "fit failure summary on nodes :"
     histogram  = item {"," item}                     items sorted by text, so "18 ..." comes before "3 ..."
     item       = COUNT reason-text                   (1.10+)  |  reason-text "(" COUNT ")"   (<= 1.9)
+
+kube-scheduler's ``FitError.Error()`` (pkg/scheduler/framework/types.go) writes ``"0/%v nodes are available:"``, then
+``" %v."`` of the PreFilter message, of the histogram (``"N reason"`` sorted and joined by ``", "``) and of the
+PostFilter plugins' messages joined by ``", "``. So the histogram ends at the first ``". "`` followed by a word
+after its first item: ``"... 2 Insufficient nvidia.com/gpu. no new claims to deallocate, preemption: ..."`` lists
+``nvidia.com/gpu``, and the DRA clause is kept as :attr:`SchedulingMessage.postfilter`.
 
 Counts are per (node, reason): a node failing several filters is counted once per reason, so counts may sum to more
 than N. The text is matched case-insensitively, after joining folded lines (YAML folding, ``''`` for an apostrophe,
@@ -33,6 +41,7 @@ from dataclasses import dataclass
 from typing import Any
 
 __all__ = [
+    "AMBIGUOUS",
     "CAPACITY",
     "CONSTRAINT",
     "NODE_STATE",
@@ -49,6 +58,10 @@ __all__ = [
 ]
 
 CAPACITY, CONSTRAINT, NODE_STATE = "capacity", "constraint", "node_state"
+#: A message alone cannot tell a missing toleration from GPU capacity: the taint is not named (1.35+ "untolerated
+#: taint(s)", <= 1.17 "taints that the pod didn't tolerate") and other nodes lack GPUs. The nodes decide
+#: (k8s.diagnose-pending --pod / --snapshot).
+AMBIGUOUS = "ambiguous"
 
 #: Node-health taints: a node carrying one is broken or going away. Fix the node; never tolerate these.
 HEALTH_TAINTS: dict[str, str] = {
@@ -181,6 +194,7 @@ class SchedulingMessage:
     scale_up_failure: ScaleUpFailure | None = None
     age_s: float | None = None  # from an event table's Age column
     component: str = ""  # default-scheduler, cluster-autoscaler, karpenter, ...
+    postfilter: str = ""  # PostFilter clauses other than preemption, e.g. "no new claims to deallocate" (DRA)
 
     @property
     def preemption_kind(self) -> str | None:
@@ -282,12 +296,22 @@ _RULES: tuple[tuple[re.Pattern[str], str, str | None], ...] = tuple(
         (r"no available volume zone|^novolumezoneconflict$", "volume_zone_conflict", None),
         (r"no available disk|^nodiskconflict$|readwriteoncepod", "volume_conflict", None),
         (r"were unschedulable|^checknodeunschedulable\w*$|^nodeunschedulable$", "node_unschedulable", None),
-        (r"were not ready|^checknodecondition\w*$", "node_not_ready", None),
-        (r"memory pressure|^checknodememorypressure\w*$", "node_memory_pressure", None),
-        (r"disk pressure|out of disk|^checknodediskpressure\w*$", "node_disk_pressure", None),
-        (r"pid pressure|^checknodepidpressure\w*$", "node_pid_pressure", None),
-        (r"(?:unavailable|un ?available) network|network unavailable", "node_network_unavailable", None),
-        (r"unknown condition", "node_unknown_condition", None),
+        # node conditions: the texts of 1.10+ and the old predicate failure names (predicates/error.go:
+        # NodeNotReady, NodeUnderMemoryPressure, NodeUnderDiskPressure, NodeUnderPIDPressure, NodeOutOfDisk, ...)
+        (r"were not ready|^checknodecondition\w*$|^nodenotready$", "node_not_ready", None),
+        (r"memory pressure|^checknodememorypressure\w*$|^nodeunder ?memory ?pressure$", "node_memory_pressure", None),
+        (
+            r"disk pressure|out of disk|^checknodediskpressure\w*$|^nodeunder ?disk ?pressure$|^nodeout ?of ?disk$",
+            "node_disk_pressure",
+            None,
+        ),
+        (r"pid pressure|^checknodepidpressure\w*$|^nodeunder ?pid ?pressure$", "node_pid_pressure", None),
+        (
+            r"(?:unavailable|un ?available) network|network unavailable|^nodenetworkunavailable$",
+            "node_network_unavailable",
+            None,
+        ),
+        (r"unknown condition|^nodeunknowncondition$", "node_unknown_condition", None),
         (r"being deleted|tobedeletedbyclusterautoscaler", "node_being_deleted", None),
         (r"no preemption victims", "preempt_no_victims", None),
         (r"preemption is not helpful", "preempt_not_helpful", None),
@@ -378,6 +402,8 @@ _SCALE_UP_FAILED = re.compile(
     re.I,
 )
 _PREEMPTION = re.compile(r"\bpreemption\s*:", re.I)
+#: The histogram's closing " %v." separator: a period, blanks, then a word (a PostFilter message), never a count.
+_FILTER_END = re.compile(r"\.\s+(?=[A-Za-z])")
 _ITEM_START = re.compile(r"(?:^|(?<=[,.;:]))\s*(?P<count>\d+)\s+(?=[^\d\s/])")
 _LEGACY_ITEM = re.compile(r"(?<![^,()])(?P<text>[^,()]*?[^,()\s])\s*\(\s*(?P<count>\d+)\s*\)")
 
@@ -469,14 +495,34 @@ def parse_message(text: str) -> SchedulingMessage:
         body = body[: split.start()]
         tail_head = _HEAD.search(tail)
         preemption = _histogram(tail[tail_head.end() :] if tail_head else tail)
+    body, postfilter = _split_postfilter(body)
     reasons = _histogram(body)
     if any(r.reason == "untolerated_taint" and r.raw.lower().endswith("podtoleratesnodetaints") for r in reasons):
         era: str | None = "predicate_names"
     else:
         era = _era(body)
     return SchedulingMessage(
-        "scheduler", total, tuple(reasons), tuple(preemption), era, clean, event_reason="FailedScheduling"
+        "scheduler",
+        total,
+        tuple(reasons),
+        tuple(preemption),
+        era,
+        clean,
+        event_reason="FailedScheduling",
+        postfilter=postfilter,
     )
+
+
+def _split_postfilter(body: str) -> tuple[str, str]:
+    """(histogram, PostFilter clauses before "preemption:"): the histogram ends at the first ". word" after its
+    first counted item (a PreFilter message before the histogram has no count)."""
+    first = _ITEM_START.search(body)
+    if first is None:
+        return body, ""
+    end = _FILTER_END.search(body, first.end())
+    if end is None:
+        return body, ""
+    return body[: end.start()], body[end.end() :].strip(" .,;")
 
 
 # --- event tables ----------------------------------------------------------------------------------------------
@@ -591,6 +637,7 @@ def parse_events(text: str) -> EventsText:
                     message.scale_up_failure,
                     _seconds(age_match.group("age")) if age_match and i == 0 else None,
                     component.group(1) if component and i == 0 else "",
+                    message.postfilter,
                 )
             )
     return EventsText(tuple(messages))
@@ -602,12 +649,16 @@ def parse_events(text: str) -> EventsText:
 def text_verdict(
     reasons: Iterable[Reason], preemption: str | None, wouldnt_fit: bool = False, scale_up_failed: bool = False
 ) -> str | None:
-    """``constraint | capacity | node_state`` (or None) from a message alone, without the cluster's objects.
+    """``constraint | capacity | node_state | ambiguous`` (or None) from a message alone, without the cluster's objects.
 
     1. An untolerated taint of the GPU-pool kind (``sku=gpu``, ``nvidia.com/gpu``) and either no capacity reason or
        a GPU one: constraint (runbook S3: the GPU nodes exist, the pod lacks the toleration; the "Insufficient
        nvidia.com/gpu" nodes next to them are the pools without GPUs). A pod short of CPU elsewhere is not asking
        for the GPU pool, so rule 2 decides it.
+    1b. An untolerated taint the message does not name (1.35+ "untolerated taint(s)", <= 1.17 "taints that the pod
+       didn't tolerate", the predicate name) next to a GPU capacity reason: ambiguous. The tainted nodes may be the GPU
+       pool the pod lacks a toleration for (constraint) or nodes it is not meant for while the GPUs are in use
+       (capacity); only the nodes tell (``k8s.diagnose-pending --pod`` / ``--snapshot``).
     2. A capacity reason: some nodes passed every constraint filter and lacked resources: capacity. (The scheduler
        reports each node's first failing filter, and the resource filter comes after taints and affinity.)
     3. Else a constraint other than the control-plane/system taints: constraint.
@@ -619,6 +670,9 @@ def text_verdict(
     capacity = [r for r in items if r.kind == CAPACITY and r.count > 0]
     if any(r.gpu_pool_taint for r in items) and (not capacity or any(r.reason == "insufficient_gpu" for r in capacity)):
         return CONSTRAINT
+    hidden = any(r.reason == "untolerated_taint" and not r.taint_key and r.count > 0 for r in items)
+    if hidden and any(r.reason == "insufficient_gpu" for r in capacity):
+        return AMBIGUOUS
     if capacity:
         return CAPACITY
     if any(r.kind == CONSTRAINT and r.reason != "other" and not r.expected_exclusion for r in items):

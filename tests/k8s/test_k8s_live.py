@@ -113,3 +113,25 @@ def test_demo_scene() -> None:
     assert run(SceneContext(console=console, root=ROOT, lab=None, hosts=0)) is True  # type: ignore[arg-type]
     shown = console.export_text()
     assert "sku=gpu:NoSchedule" in shown and "K8S-LAT-001" in shown
+
+
+def test_live_135_dra_cluster_hidden_taint(tmp_path: Path) -> None:
+    """Issue 23: a 1.35 cluster with DRA on. The stand-in emits the scheduler's message as FitError.Error() writes
+    it (the DynamicResources "no new claims to deallocate" clause, the taint key hidden): the message alone is
+    ambiguous with the hint to replay; the live replay names sku=gpu and tolerates it."""
+    cluster = scenarios.hidden_taint_cluster()
+    with FakeKubeApi(cluster["pods"], cluster["nodes"], cluster["events"], version=cluster["version"]) as server:
+        config = kubeconfig(server, tmp_path / "config")
+        assert server.answer("GET", "/version", f"Bearer {server.token}")[1]["gitVersion"] == "v1.35.0"
+        state = fetch_snapshot("training-job-7b-xyz", "ml-team", str(config), timeout=5)
+    event = state.pod_events()[0].message
+    assert "no new claims to deallocate, preemption:" in event and "untolerated taint(s)" in event
+    text_only = diagnose_pending(event)
+    assert text_only.verdict == "ambiguous"
+    assert [f.id for f in text_only.findings] == ["K8S-PEND-001", "K8S-PEND-004"]
+    assert "--pod P -n NS" in text_only.findings[0].summary
+    live = diagnose_pending("", state)
+    assert live.message is not None and live.message.postfilter == "no new claims to deallocate"
+    assert live.message.count("insufficient_gpu") == 9
+    assert live.verdict == "constraint" and live.fix is not None
+    assert "sku=gpu:NoSchedule" in live.findings[0].summary
