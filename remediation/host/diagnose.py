@@ -12,6 +12,10 @@
   caller mistake and raises ``ParseError`` listing the known kinds.
 - ``nvml`` text is also read as a kernel log, so kernel lines pasted with the nvidia-smi output (RmInitAdapter,
   Xid, API mismatch) are evidence too; their facts sit under ``facts["kernel_log"]``.
+- ``nvml`` text that is a healthy ``nvidia-smi`` table or ``nvidia-smi -q`` report: no finding, facts ``healthy``
+  (true), ``report``, ``driver_version``, ``gpus``; :func:`render_text` says "no error".
+- ``apt-history`` also reads ``/var/log/dpkg.log`` excerpts: transactions with ``source`` ``"dpkg.log"``,
+  ``actor`` ``"unknown"`` (dpkg.log names none) and ``states`` (each package's last ``status``).
 - ``unattended-upgrades-log`` facts: ``packages`` (what its runs upgraded or would upgrade, in order),
   ``kernel_packages``, ``nvidia_packages`` (of those), ``blacklisted`` (the ``Package-Blacklist`` entries as the
   newest run logs them: "Initial blacklist"), ``blacklisted_packages`` (packages it kept back because of the
@@ -106,6 +110,10 @@ def _nvml(text: str) -> tuple[dict[str, Any], list[Finding]]:
         "nvml_error_name": parsed.nvml_error_name,
         "nvml_function": parsed.nvml_function,
         "evidence": list(parsed.evidence),
+        "report": parsed.report,
+        "driver_version": parsed.driver_version,
+        "gpus": list(parsed.gpus),
+        "healthy": parsed.healthy,
     }
     klog = klog_mod.parse(text)
     if not klog.is_empty:
@@ -206,15 +214,26 @@ def _apt(text: str) -> tuple[dict[str, Any], list[Finding]]:
                 "requested_by": t.requested_by,
                 "dry_run": t.dry_run,
                 "error": t.error,
+                "source": t.source,
+                "states": dict(t.states),
                 "actions": [action_dict(a) for a in t.actions],
             }
             for t in history.transactions
         ],
         "kernel_installs": [
-            {**action_dict(a), "kernel_release": a.kernel_release, "start": t.start, "actor": t.actor}
+            {
+                **action_dict(a),
+                "kernel_release": a.kernel_release,
+                "start": t.start,
+                "actor": t.actor,
+                "source": t.source,
+            }
             for t, a in history.kernel_installs()
         ],
-        "nvidia_changes": [{**action_dict(a), "start": t.start, "actor": t.actor} for t, a in history.nvidia_changes()],
+        "nvidia_changes": [
+            {**action_dict(a), "start": t.start, "actor": t.actor, "source": t.source}
+            for t, a in history.nvidia_changes()
+        ],
     }
     return facts, list(evaluate(ev_mod.from_apt_history(history)))
 
@@ -308,7 +327,14 @@ def render_text(result: DiagnoseResult) -> str:
     """Human-readable triage: each finding, its evidence, remedy, and the runbook's five sections."""
     out: list[str] = [f"kind: {result.kind}"]
     if not result.findings:
-        out.append("no findings" if result.kind != UNKNOWN else "no findings: the text is of no known kind")
+        if result.kind == "nvml" and result.facts.get("healthy"):
+            gpus = result.facts["gpus"]
+            out.append(
+                f"no error: {result.facts['report']} answers for {len(gpus)} GPU(s) ({', '.join(dict.fromkeys(gpus))}),"
+                f" driver {result.facts['driver_version']}"
+            )
+        else:
+            out.append("no findings" if result.kind != UNKNOWN else "no findings: the text is of no known kind")
         return "\n".join(out) + "\n"
     shown_runbooks: set[str] = set()
     for finding in result.findings:

@@ -19,9 +19,11 @@ _VERB = {
 
 
 def who(tx: AptTransaction) -> str:
-    """``unattended-upgrade``, or the person and tool: ``alice (1000) via apt-get``."""
+    """``unattended-upgrade``, or the person and tool: ``alice (1000) via apt-get``; dpkg.log names no one."""
     if tx.actor == "unattended-upgrade":
         return "unattended-upgrade"
+    if tx.source == "dpkg.log":
+        return "dpkg (dpkg.log names no actor)"
     tool = tx.actor if tx.actor != "unknown" else (tx.commandline or "unknown command")
     if tx.requested_by:
         return f"{tx.requested_by} via {tool}"
@@ -35,7 +37,7 @@ def describe(tx: AptTransaction, action: AptAction) -> str:
     else:
         versions = action.version or "?"
     verb = _VERB.get(action.action, action.action.lower())
-    return f"history.log {tx.start or '?'}: {who(tx)} {verb} {action.package} ({versions})"
+    return f"{tx.source} {tx.start or '?'}: {who(tx)} {verb} {action.package} ({versions})"
 
 
 def last_change_of(

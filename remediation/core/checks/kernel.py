@@ -193,15 +193,6 @@ def _describe(a: apt_mod.AptAction) -> str:
     return f"{a.action} {a.package} {a.version or ''}".rstrip()
 
 
-_RUN_LINES = (
-    "Starting unattended upgrades script",
-    "Initial blacklist",
-    "Packages that will be upgraded",
-    "All upgrades installed",
-    "Installing the upgrades failed",
-)
-
-
 def _changes(
     ev: Evidence, wanted: Callable[[apt_mod.AptAction], bool], package: Callable[[str], bool]
 ) -> list[_Change]:
@@ -219,7 +210,7 @@ def _changes(
     for run in ev.unattended_log.runs:
         if not run.installed:
             continue
-        lines = run.lines_with(*_RUN_LINES)
+        lines = run.key_lines
         out.extend(
             _Change(run.start, p, f"Upgrade {p}", "unattended-upgrades.log", lines) for p in run.packages if package(p)
         )

@@ -130,6 +130,9 @@ _NVML_MARKERS = (
     (re.compile(r"Unable to determine the device handle for GPU", re.I), 10, 1),
     (re.compile(r"No devices were found|NVML Shared Library Not Found|libnvidia-ml\.so", re.I), 10, 1),
     (re.compile(r"NVML library version|nvidia-container-cli", re.I), 3, 1),
+    # a healthy answer: nvidia-smi's table header, nvidia-smi -q's report (kind nvml, "no error")
+    (re.compile(r"NVIDIA-SMI [0-9]+\.[0-9][0-9.]* +Driver Version: [0-9]", re.ASCII), 6, 1),
+    (re.compile(r"==NVSMI LOG==|^ *Driver Version +: [0-9]", re.M | re.ASCII), 3, 2),
 )
 _KERNEL_MARKERS = (
     (re.compile(r"NVRM:"), 3, 10),
@@ -146,6 +149,13 @@ _APT_MARKERS = (
     (re.compile(r"^[ \t]*End-Date:", re.M), 3, 3),
     (re.compile(r"^[ \t]*Requested-By:", re.M), 3, 3),
     (re.compile(r"^[ \t]*(?:Install|Upgrade|Remove|Purge|Downgrade|Reinstall):[ \t]*\S+ \(", re.M), 3, 5),
+    # /var/log/dpkg.log (dpkg(1), FILES): the same package changes one line each, with times and no actor
+    (
+        re.compile(r"^[ \t]*[0-9]{4}-[0-9]{2}-[0-9]{2} [0-9:]{8} (?:install|upgrade|remove|purge) \S+ \S+ \S", re.M),
+        4,
+        5,
+    ),
+    (re.compile(r"^[ \t]*[0-9]{4}-[0-9]{2}-[0-9]{2} [0-9:]{8} (?:startup|status|configure|trigproc) \S", re.M), 2, 5),
 )
 _DKMS_MARKERS = (
     (re.compile(r"^[$#~ ]*dkms status", _M), 6, 1),
@@ -163,6 +173,28 @@ _UU_MARKERS = (
     (re.compile(r"Package \S+ is (?:blacklisted|marked to be held back)|skipping blacklisted package", re.I), 6, 2),
     (re.compile(r"Packages that (?:are auto removed|were successfully auto-removed|are kept back):", re.I), 6, 1),
     (re.compile(r"Writing dpkg log to|unattended-upgrades-dpkg\.log|All upgrades installed", re.I), 4, 2),
+    # the same messages in the program's translations (de, fr, es, pt_BR po files; see parsers/unattended_upgrades)
+    (
+        re.compile(
+            r"Skript für unbeaufsichtigte Upgrades|Démarrage du script de mise à (?:niveau|jour) automatique"
+            r"|Iniciando (?:guión de actualizaciones desatendidas|o script da atualização desacompanhada)"
+            r"|erlaubte Ursprünge sind:|Les origines permises sont :|Fuentes permitidas:|São origens permitidas:",
+            re.I,
+        ),
+        10,
+        2,
+    ),
+    (
+        re.compile(
+            r"Pakete, von denen ein Upgrade durchgeführt wird:|Paquetes que se actualizarán:"
+            r"|Paquets mis à (?:niveau|jour) :"
+            r"|Pakete, die anfangs auf die schwarzen Liste|Paquets initialement sur la liste noire"
+            r"|Paquetes bloqueados inicialmente:|Pacotes inicialmente na lista negra:",
+            re.I,
+        ),
+        10,
+        2,
+    ),
 )
 
 KINDS: dict[str, KindSpec] = {}
@@ -190,7 +222,11 @@ def _nvml_score(text: str) -> int:
 
 register(KindSpec("nvml", _nvml_score, nvml_text.parse, "nvidia-smi / NVML failure text, NVML errors of any program"))
 register(KindSpec("kernel-log", marker_score(_KERNEL_MARKERS), kernel_log.parse, "kernel log lines about NVIDIA"))
-register(KindSpec("apt-history", marker_score(_APT_MARKERS), apt_history.parse, "/var/log/apt/history.log"))
+register(
+    KindSpec(
+        "apt-history", marker_score(_APT_MARKERS), apt_history.parse, "/var/log/apt/history.log, /var/log/dpkg.log"
+    )
+)
 register(KindSpec("dkms", marker_score(_DKMS_MARKERS), dkms.parse, "dkms status / DKMS build output"))
 register(
     KindSpec(

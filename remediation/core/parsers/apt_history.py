@@ -9,6 +9,17 @@ spaces are ignored.
 ``actor`` comes from the ``Commandline:`` (``unattended-upgrade | apt | apt-get | packagekit | aptdaemon | dpkg |
 unknown``). ``unattended-upgrade --dry-run`` writes an entry that looks real although nothing was installed:
 such transactions carry ``dry_run=True`` and the helpers leave them out unless asked.
+
+``/var/log/dpkg.log`` excerpts are read by the same parser, into the same transactions (``source="dpkg.log"``), in the
+format dpkg(1) documents under FILES: ``YYYY-MM-DD HH:MM:SS startup type command`` (each ``startup`` line is one
+dpkg invocation and opens a transaction), ``YYYY-MM-DD HH:MM:SS status state pkg installed-version``,
+``YYYY-MM-DD HH:MM:SS action pkg installed-version available-version`` (action: install, upgrade, remove, purge,
+configure, trigproc; ``<none>`` for a missing version) and ``YYYY-MM-DD HH:MM:SS conffile filename decision``.
+``install`` becomes Install, ``upgrade`` Upgrade (Reinstall when both versions are the same), ``remove``/``purge``
+Remove/Purge; configure, trigproc, status and conffile lines change no version and add no action (``status`` lines
+give each package's last state, :attr:`AptTransaction.states`). dpkg.log names no actor: its transactions have
+``actor="unknown"`` and no commandline, and the rules that need an actor (what unattended-upgrade installed) do not
+count them.
 """
 
 from __future__ import annotations
@@ -92,6 +103,8 @@ class AptTransaction:
     dry_run: bool = False
     error: str | None = None
     text: tuple[str, ...] = ()  # the stanza's lines
+    source: str = "history.log"  # "history.log" | "dpkg.log"
+    states: tuple[tuple[str, str], ...] = ()  # dpkg.log: (package, last "status" state), in order of first mention
 
     def kernel_installs(self) -> tuple[AptAction, ...]:
         """Kernel packages installed, upgraded, reinstalled or downgraded in this transaction."""
@@ -124,6 +137,13 @@ _KEY = re.compile(
 )
 _DATE = re.compile(r"([0-9]{4}-[0-9]{2}-[0-9]{2})\s+([0-9]{2}:[0-9]{2}:[0-9]{2})", re.ASCII)
 _ENTRY = re.compile(r"(?<![^\s,():])(?P<pkg>[^\s,():]+)(?::(?P<arch>[^\s,():]+))?\s*\((?P<inner>[^()]*)\)", re.ASCII)
+# dpkg(1), FILES, /var/log/dpkg.log: "YYYY-MM-DD HH:MM:SS" then startup / status / an action / conffile.
+_DPKG_LINE = re.compile(
+    r"^\s*(?P<date>[0-9]{4}-[0-9]{2}-[0-9]{2}) (?P<time>[0-9]{2}:[0-9]{2}:[0-9]{2}) "
+    r"(?P<what>startup|status|install|upgrade|remove|purge|configure|trigproc|conffile) (?P<rest>\S.*)$",
+    re.ASCII,
+)
+_DPKG_ACTIONS = {"install": "Install", "upgrade": "Upgrade", "remove": "Remove", "purge": "Purge"}
 _DRY_RUN = re.compile(r"(?:^|\s)(?:--dry-run|--simulate|--just-print|--no-act|--recon)(?:[\s=]|$)", re.ASCII)
 _ACTOR_BY_NAME: dict[str, str] = {
     "unattended-upgrade": "unattended-upgrade",
@@ -202,12 +222,74 @@ class _Stanza:
         )
 
 
+class _DpkgRun:
+    """One dpkg invocation as dpkg.log shows it (from a ``startup`` line, or from the fragment's first line)."""
+
+    def __init__(self) -> None:
+        self.start: str | None = None
+        self.end: str | None = None
+        self.startup: str | None = None
+        self.actions: list[AptAction] = []
+        self.states: dict[str, str] = {}
+        self.lines: list[str] = []
+
+    def add(self, m: re.Match[str], line: str) -> None:
+        when = f"{m.group('date')} {m.group('time')}"
+        self.start = self.start or when
+        self.end = when
+        self.lines.append(line.strip())
+        what, fields = m.group("what"), m.group("rest").split()
+        if what == "startup":
+            self.startup = self.startup or " ".join(fields)
+        elif what == "status" and len(fields) >= 2:
+            self.states[_dpkg_name(fields[1])[0]] = fields[0]
+        elif what in _DPKG_ACTIONS and len(fields) >= 3:
+            package, arch = _dpkg_name(fields[0])
+            installed, available = (None if v == "<none>" else v for v in fields[1:3])
+            action = _DPKG_ACTIONS[what]
+            if action == "Upgrade" and installed is not None and installed == available:
+                action = "Reinstall"
+            if action in ("Remove", "Purge"):
+                self.actions.append(AptAction(action, package, arch, installed, None, False))
+            elif action == "Upgrade":
+                self.actions.append(AptAction(action, package, arch, available, installed, False))
+            else:
+                self.actions.append(AptAction(action, package, arch, available, None, False))
+
+    def build(self) -> AptTransaction:
+        return AptTransaction(
+            start=self.start,
+            end=self.end,
+            commandline=None,
+            actor="unknown",
+            requested_by=None,
+            actions=tuple(self.actions),
+            text=tuple(self.lines),
+            source="dpkg.log",
+            states=tuple(self.states.items()),
+        )
+
+
+def _dpkg_name(field: str) -> tuple[str, str | None]:
+    package, _, arch = field.partition(":")
+    return package, arch or None
+
+
 def parse(text: str) -> AptHistory:
-    """Parse apt history text. Never raises; lines that are not history.log fields are ignored."""
-    stanzas: list[_Stanza] = []
+    """Parse apt history (and dpkg.log) text. Never raises; lines that are neither are ignored."""
+    stanzas: list[_Stanza | _DpkgRun] = []
     current: _Stanza | None = None
+    dpkg: _DpkgRun | None = None
     last_key: str | None = None
     for line in split_lines(text):
+        d = _DPKG_LINE.match(line)
+        if d is not None:
+            if dpkg is None or (d.group("what") == "startup" and (dpkg.actions or dpkg.startup)):
+                dpkg = _DpkgRun()
+                stanzas.append(dpkg)
+            dpkg.add(d, line)
+            current, last_key = None, None
+            continue
         m = _KEY.match(line)
         if m is None:
             # a wrapped package list continues the previous field
@@ -228,6 +310,7 @@ def parse(text: str) -> AptHistory:
         if opens:
             current = _Stanza()
             stanzas.append(current)
+            dpkg = None
         assert current is not None
         if key in current.fields and key in ACTIONS:
             current.fields[key] += ", " + value
@@ -240,4 +323,10 @@ def parse(text: str) -> AptHistory:
             current = None
             last_key = None
     transactions = tuple(s.build() for s in stanzas)
-    return AptHistory(tuple(t for t in transactions if t.start or t.commandline or t.actions))
+    return AptHistory(
+        tuple(
+            t
+            for t in transactions
+            if ((t.actions or t.states) if t.source == "dpkg.log" else (t.start or t.commandline or t.actions))
+        )
+    )

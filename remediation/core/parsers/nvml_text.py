@@ -18,6 +18,12 @@
   "Unknown Error" outside a device-handle call), or "Failed to initialize NVML: <reason>" with any other reason;
 - ``none``: none of these.
 
+A healthy answer is recognised too: ``nvidia-smi``'s table (``| NVIDIA-SMI 580.159.04   Driver Version: 580.159.04
+...`` and one row per GPU) or ``nvidia-smi -q``'s report (``Driver Version : ...``, ``Product Name : ...``) with no
+failure text and no ``ERR!`` in a field (nvidia-smi's mark for a value it could not read) gives ``report``
+(``"nvidia-smi"`` / ``"nvidia-smi -q"``), ``driver_version`` and ``gpus`` (the product names), and
+:attr:`NvmlText.healthy`: ``diagnose`` says "no error" instead of "unknown".
+
 NVML errors printed by programs other than nvidia-smi (container runtimes, device plugins, Python and Go
 bindings) are read with NVML's own table (:mod:`remediation.core.parsers.nvml_errors`): an NVML function call or an
 NVML word (``nvmlInit_v2 … failed: …``, ``nvml error: …``, ``NVML: …``, ``pynvml…NVMLError_X: …``, a device-handle
@@ -81,10 +87,19 @@ class NvmlText:
     nvml_error_code: int | None = None  # NVML's return code when the text names one (by number, name or string)
     nvml_error_name: str | None = None  # e.g. "NVML_ERROR_DRIVER_NOT_LOADED"
     nvml_function: str | None = None  # the NVML call that failed, e.g. "nvmlDeviceGetHandleByIndex"
+    report: str | None = None  # "nvidia-smi" (the table) | "nvidia-smi -q" (the report) | None: neither
+    driver_version: str | None = None  # as the table or report gives it
+    gpus: tuple[str, ...] = ()  # product names, one per GPU the table or report lists
+    unreadable_fields: bool = False  # "ERR!" in a field of the table or report
 
     @property
     def has_error(self) -> bool:
         return self.error_class != "none" or self.nvml_init_error is not None
+
+    @property
+    def healthy(self) -> bool:
+        """An nvidia-smi table or report that lists GPUs, with no failure text and no ``ERR!`` field."""
+        return self.report is not None and bool(self.gpus) and not self.has_error and not self.unreadable_fields
 
 
 _F = re.IGNORECASE | re.ASCII
@@ -124,6 +139,11 @@ _CLASS_PATTERNS: tuple[tuple[str, re.Pattern[str]], ...] = (
     ),
 )
 
+# nvidia-smi's table header and nvidia-smi -q's report (a healthy answer)
+_SMI_HEADER = re.compile(r"NVIDIA-SMI ([0-9]+\.[0-9][0-9.]*) +Driver Version: ([0-9]+\.[0-9][0-9.]*)", re.ASCII)
+_SMI_Q_DRIVER = re.compile(r"^ *Driver Version *: ([0-9]+\.[0-9][0-9.]*)", re.ASCII)
+_SMI_Q_PRODUCT = re.compile(r"^ *Product Name *: (\S.*)$", re.ASCII)
+_SMI_Q_LOG = re.compile(r"==NVSMI LOG==", re.ASCII)
 _NVML_VERSION = re.compile(r"NVML library version:\s*([0-9]+(?:\.[0-9]+)*)", _F)
 _NVML_INIT = re.compile(r"Failed to initialize NVML:\s*([^\n]*?)\s*(?:\n|$)", _F)
 _PCI = re.compile(r"(?<![0-9A-Fa-f:])([0-9A-Fa-f]{3,8}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}\.[0-7])(?![0-9A-Fa-f])", re.ASCII)
@@ -285,7 +305,13 @@ def parse(text: str) -> NvmlText:
     module_kernels = unique(m.group(1) for line in lines for m in _MODULE_PATH.finditer(line))
     service = _SERVICE.search(flat)
 
+    report, driver, gpus = _healthy_report(lines)
+
     return NvmlText(
+        report=report,
+        driver_version=driver,
+        gpus=gpus,
+        unreadable_fields=report is not None and "ERR!" in flat,
         error_class=error_class,
         nvml_library_version=version.group(1) if version else None,
         pci_bus_ids=unique(m.group(1) for m in _PCI.finditer(flat)),
@@ -301,3 +327,40 @@ def parse(text: str) -> NvmlText:
         nvml_error_name=chosen.error.name if chosen else None,
         nvml_function=chosen.function if chosen else None,
     )
+
+
+def _healthy_report(lines: list[str]) -> tuple[str | None, str | None, tuple[str, ...]]:
+    """(report, driver version, GPU names) of an nvidia-smi table or nvidia-smi -q report in ``lines``."""
+    for i, line in enumerate(lines):
+        header = _SMI_HEADER.search(line)
+        if header is not None:
+            return "nvidia-smi", header.group(2), _table_gpus(lines[i + 1 :])
+    driver: str | None = None
+    names: list[str] = []
+    seen_log = False
+    for line in lines:
+        seen_log = seen_log or _SMI_Q_LOG.search(line) is not None
+        d = _SMI_Q_DRIVER.match(line)
+        if d is not None and driver is None:
+            driver = d.group(1)
+        p = _SMI_Q_PRODUCT.match(line)
+        if p is not None:
+            names.append(p.group(1).strip())
+    if driver is not None and (seen_log or names):
+        return "nvidia-smi -q", driver, tuple(names)
+    return None, None, ()
+
+
+def _table_gpus(lines: list[str]) -> tuple[str, ...]:
+    """GPU names from the table's rows: ``|   0  NVIDIA H200       On  |   00000000:00:06.0 Off |   0 |``."""
+    names: list[str] = []
+    for line in lines:
+        if line.startswith("| Processes"):
+            break
+        cells = line.strip().strip("|").split("|")
+        if len(cells) < 3:
+            continue
+        words = cells[0].split()
+        if len(words) >= 3 and words[0].isdigit() and words[-1] in ("On", "Off", "N/A") and _PCI.search(cells[1]):
+            names.append(" ".join(words[1:-1]))
+    return tuple(names)

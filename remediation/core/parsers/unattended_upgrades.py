@@ -65,6 +65,9 @@ class UuRun:
     result: str | None  # "installed" | "failed" | "nothing to do" | None (not in the log)
     errors: tuple[str, ...]
     text: tuple[str, ...]  # the run's lines as they appear
+    # the lines that show what the run did, in any of the log's languages: its start, its blacklist, what it will
+    # upgrade, how it ended
+    key_lines: tuple[str, ...] = ()
 
     @property
     def kernel_packages(self) -> tuple[str, ...]:
@@ -138,20 +141,50 @@ _SYSLOG_PREFIX = re.compile(
     r"unattended-upgrades?(?:-shutdown)?(?:\[[0-9]+\])?:\s+",
     _A,
 )
-_START = re.compile(r"^Starting unattended upgrades script", _A)
+# The messages in the program's translations (gettext, so a run under LANG=de_DE.UTF-8 logs them in German), as its
+# po files have them: mvo5/unattended-upgrades po/de.po, po/es.po, po/pt_BR.po (unattended-upgrades 0.8x, POT
+# 2015-07-02) and po/fr.po (POT 2009-07-03; 2008 revision: "mise à jour" where the later one says "mise à niveau").
+# Entries marked fuzzy there are not compiled into the catalogue, so those messages stay in English and are not
+# listed. "Package X is blacklisted / held back / kept back" and the dry-run messages are not in those po files.
+_START = re.compile(
+    r"^(?:Starting unattended upgrades script|Skript für unbeaufsichtigte Upgrades wird gestartet"
+    r"|Démarrage du script de mise à (?:niveau|jour) automatique|Iniciando guión de actualizaciones desatendidas"
+    r"|Iniciando o script da atualização desacompanhada)"
+)
 _PRELUDE = re.compile(r"^Checking if (?:system is running on battery|connection is metered)", _A)
-_ORIGINS = re.compile(r"^Allowed origins are:\s*(?P<v>.*)$", _A)
-_BLACKLIST = re.compile(r"^Initial blacklist(?:ed packages)?\s*:\s*(?P<v>.*)$", _A)
-_WHITELIST = re.compile(r"^Initial whitelist(?:ed packages)?(?:\s*\((?:not )?strict\))?\s*:\s*(?P<v>.*)$", _A)
-_UPGRADE = re.compile(r"^Packages that will be upgraded:\s*(?P<v>.*)$", _A)
-# The report unattended-upgrades mails: "Packages that were upgraded:" and the names on the next, indented line.
+_ORIGINS = re.compile(
+    r"^(?:Allowed origins are|erlaubte Ursprünge sind|Les origines permises sont|Fuentes permitidas"
+    r"|São origens permitidas)\s*:\s*(?P<v>.*)$",
+    re.I,
+)
+_BLACKLIST = re.compile(
+    r"^(?:Initial blacklist(?:ed packages)?|Pakete, die anfangs auf die schwarzen Liste standen"
+    r"|Paquets initialement sur la liste noire|Paquetes bloqueados inicialmente|Pacotes inicialmente na lista negra)"
+    r"\s*:\s*(?P<v>.*)$"
+)
+_WHITELIST = re.compile(
+    r"^(?:Initial whitelist(?:ed packages)?(?:\s*\((?:not )?strict\))?|Paquetes permitidos inicialmente)"
+    r"\s*:\s*(?P<v>.*)$"
+)
+_UPGRADE = re.compile(
+    r"^(?:Packages that will be upgraded|Pakete, von denen ein Upgrade durchgeführt wird"
+    r"|Paquetes que se actualizarán)\s*:\s*(?P<v>.*)$"
+)
+# The report unattended-upgrades mails: "Packages that were upgraded:" and the names on the next, indented line
+# (0.x logged "Packages that are upgraded: a b" and mailed the same header; fr and pt_BR translate that one).
 _MAIL_LIST = re.compile(
-    r"^Packages (?:that were upgraded|that attempted to upgrade|with upgradable origin but kept back):\s*(?P<v>.*)$", _A
+    r"^(?P<h>Packages (?:that were upgraded|that are upgraded|that attempted to upgrade"
+    r"|with upgradable origin but (?P<k1>kept back))|Pakete, von denen ein Upgrade durchgeführt wurde"
+    r"|Pakete, bei denen versucht wurde, ein Upgrade durchzuführen|Paquets mis à (?:niveau|jour)"
+    r"|Paquetes que se (?:actualizaron|intentaron actualizar)|Pacotes atualizados"
+    r"|(?P<k2>Paquets susceptibles d'une mise à niveau mais maintenus dans leur état actuel"
+    r"|Paquetes con una actualización disponible en la fuente pero que no se actualizarán"
+    r"|Pacotes atualizáveis na origem mas mantidos na versão atual))\s*:\s*(?P<v>.*)$"
 )
 _REMOVED = re.compile(
     r"^(?:Packages that were successfully auto-removed|Packages that are auto removed|Removing unused kernel "
-    r"packages)\s*:\s*(?P<v>.*)$",
-    _A,
+    r"packages|Pakete, die automatisch entfernt wurden|Paquetes eliminados de forma automática"
+    r"|Pacotes autorremovidos)\s*:\s*(?P<v>.*)$"
 )
 _EXCUSES: tuple[tuple[re.Pattern[str], str], ...] = (
     (re.compile(r"^Package (?P<p>\S+) is blacklisted\.?$", _A), "blacklisted"),
@@ -164,11 +197,26 @@ _EXCUSES: tuple[tuple[re.Pattern[str], str], ...] = (
 _DEBUG_BLACKLISTED = re.compile(
     r"^(?:skipping blacklisted package (?P<a>\S+)|pkg (?P<b>\S+) package has been blacklisted)$", _A
 )
-_CONFFILE = re.compile(r"^Package (?P<p>\S+) has conffile prompt", _A)
+_CONFFILE = re.compile(
+    r"^(?:Package (?P<p>\S+) has conffile prompt|Das Paket »(?P<de>[^«\s]+)« hat eine Conffile-Abfrage"
+    r"|Le paquet [«']\s*(?P<fr>[^»'\s]+)\s*[»'] provoque un conflit de fichiers de configuration"
+    r"|El paquete «(?P<es>[^»\s]+)» solicita confirmación|O pacote '(?P<pt>[^'\s]+)' possui um diálogo conffile)"
+)
 _DRY_RUN = re.compile(r"^Option --dry-run given|can't be calculated in dry-run mode", _A)
-_INSTALLED = re.compile(r"^All upgrades installed", _A)
-_FAILED = re.compile(r"^Installing the upgrades failed", _A)
-_NOTHING = re.compile(r"^No packages found that can be upgraded unattended", _A)
+_INSTALLED = re.compile(
+    r"^(?:All upgrades installed|alle Upgrades installiert|Toutes les mises à (?:niveau|jour) ont été installées"
+    r"|Se han instalado todas las actualizaciones|Todas as atualizações instaladas)",
+    re.I,
+)
+_FAILED = re.compile(
+    r"^(?:Installing the upgrades failed|Installation der Upgrades fehlgeschlagen"
+    r"|Échec de l'installation des mises à (?:niveau|jour)|Fallo al instalar actualizaciones"
+    r"|A instalação das atualizações falhou)"
+)
+_NOTHING = re.compile(
+    r"^(?:No packages found that can be upgraded unattended|Aucun paquet à mettre à (?:niveau|jour) automatiquement"
+    r"|No se encontraron paquetes que puedan actualizarse de forma desatendida)"
+)
 _ERROR_TEXT = re.compile(
     r"^(?:error message:|dpkg returned a?n? error|Lock could not be acquired|Cache has broken packages"
     r"|Apt returned an error|An error occurred|The URI .* failed to download|Auto-removing the packages failed"
@@ -206,6 +254,7 @@ class _Run:
         self.result: str | None = None
         self.errors: list[str] = []
         self.text: list[str] = []
+        self.key: list[str] = []
         self.started = False
 
     def acted(self) -> bool:
@@ -230,6 +279,7 @@ class _Run:
             result=self.result,
             errors=tuple(self.errors),
             text=tuple(self.text),
+            key_lines=tuple(self.key),
         )
 
 
@@ -259,7 +309,7 @@ def parse(text: str) -> UnattendedLog:
         return run
 
     pending: str | None = None  # the mail report's list header whose packages follow on the next, indented line
-    for raw in split_lines(text):
+    for raw in _unquote(split_lines(text)):
         if not raw.strip():
             continue
         if pending is not None and raw[:1].isspace() and run is not None:
@@ -295,17 +345,21 @@ def parse(text: str) -> UnattendedLog:
             current = new_run(when)
         if known:
             current.text.append(line)
+            if _START.match(msg) or _BLACKLIST.match(msg):
+                current.key.append(line)
             continue
         if (w := _WHITELIST.match(msg)) is not None:
             current.whitelist = _words(w.group("v"))
         elif (u := _UPGRADE.match(msg)) is not None:
             current.packages.extend(_words(u.group("v")))
+            current.key.append(line)
         elif (m := _MAIL_LIST.match(msg)) is not None:
-            kind = "kept" if "kept back" in m.group(0) else "upgraded"
+            kind = "kept" if m.group("k1") or m.group("k2") else "upgraded"
             if m.group("v").strip():
                 names = _words(m.group("v"))
                 if kind == "upgraded":
                     current.packages.extend(names)
+                    current.key.append(line)  # 0.x's "Packages that are upgraded: a b" (fr, pt_BR translate it)
                 else:
                     current.kept.extend(KeptBack(n, "kept back", line) for n in names)
             else:
@@ -313,15 +367,17 @@ def parse(text: str) -> UnattendedLog:
         elif (r := _REMOVED.match(msg)) is not None:
             current.removed.extend(_words(r.group("v")))
         elif (c := _CONFFILE.match(msg)) is not None:
-            current.conffile.append(c.group("p"))
+            current.conffile.append(next(v for v in c.group("p", "de", "fr", "es", "pt") if v))
         elif (d := _DEBUG_BLACKLISTED.match(msg)) is not None:
             current.kept.append(KeptBack(d.group("a") or d.group("b"), "blacklisted", line))
         elif _DRY_RUN.search(msg):
             current.dry_run = True
         elif _INSTALLED.match(msg):
             current.result = "installed"
+            current.key.append(line)
         elif _FAILED.match(msg):
             current.result = "failed"
+            current.key.append(line)
             current.errors.append(msg)
         elif _NOTHING.match(msg):
             current.result = current.result or "nothing to do"
@@ -343,6 +399,23 @@ def parse(text: str) -> UnattendedLog:
     if run is not None and (run.started or run.text):
         runs.append(run.freeze())
     return UnattendedLog(tuple(r for r in runs if _meaningful(r)))
+
+
+def _unquote(lines: list[str]) -> list[str]:
+    """Lines as the program wrote them, when a ticket or an e-mail quoted them: a ``>`` quote marker that every
+    non-empty line carries is taken off (with the one space after it), then the indentation they all share, so the
+    prefixes match again and a mailed list's names stay indented below their header."""
+    filled = [line for line in lines if line.strip()]
+    if filled and all(line.lstrip().startswith(">") for line in filled):
+        lines = [_drop_marker(line) for line in lines]
+        filled = [line for line in lines if line.strip()]
+    indent = min((len(line) - len(line.lstrip()) for line in filled), default=0)
+    return [line[indent:] for line in lines] if indent else lines
+
+
+def _drop_marker(line: str) -> str:
+    rest = line.lstrip().lstrip(">")
+    return rest[1:] if rest.startswith(" ") else rest
 
 
 _UU_WORDS = re.compile(
