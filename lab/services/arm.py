@@ -1098,6 +1098,24 @@ def _last(proc: Any) -> str:
 # -- the demo's data (also what `python -m lab.services.arm` serves) ------------------------------------------------
 DEMO_SUBSCRIPTION = "6b3c9f4e-1d2a-4c5b-9e8f-0a1b2c3d4e5f"
 
+# The usage row every region's Microsoft.Compute usage list carries for Spot VMs: the regional low-priority vCPUs,
+# shared by the Spot VMs of every family (an AKS pool with scaleSetPriority Spot draws here, not on its family).
+LOW_PRIORITY_USAGE = ("lowPriorityCores", "Total Regional Low-priority vCPUs")
+
+
+def spot_pool(name: str, vm_size: str, count: int, max_count: int, **props: Any) -> dict[str, Any]:
+    """An autoscaling AgentPool on Spot VMs (2024-09-01: ``scaleSetPriority``, ``scaleSetEvictionPolicy``,
+    ``spotMaxPrice``; AKS adds the ``kubernetes.azure.com/scalesetpriority=spot:NoSchedule`` taint)."""
+    return {"name": name, "vmSize": vm_size, "count": count, "minCount": 0, "maxCount": max_count,
+            "enableAutoScaling": True, "scaleSetPriority": "Spot", "scaleSetEvictionPolicy": "Delete",
+            "spotMaxPrice": -1, "nodeTaints": ["kubernetes.azure.com/scalesetpriority=spot:NoSchedule"], **props}
+
+
+def seed_spot(service: ArmService, sub: str, location: str, *, low_priority: tuple[int, int],
+              regular: Sequence[tuple[str, str, int, int]] = ()) -> None:
+    """A region whose usage list has the ``lowPriorityCores`` row (``(currentValue, limit)``) beside ``regular``."""
+    service.set_usages(sub, location, [*regular, (*LOW_PRIORITY_USAGE, *low_priority)])
+
 
 def seed_demo(service: ArmService) -> None:
     """Runbook S3 in one region: a busy GPU quota, a full regional total, an AKS cluster whose GPU pools can't grow."""
@@ -1110,6 +1128,7 @@ def seed_demo(service: ArmService) -> None:
         ("standardNDSv2Family", "Standard NDSv2 Family vCPUs", 40, 48),
         ("standardNCASv3_T4Family", "Standard NCASv3_T4 Family vCPUs", 16, 100),
         ("StandardNCadsH100v5Family", "Standard NCadsH100v5 Family vCPUs", 0, 0),
+        (*LOW_PRIORITY_USAGE, 0, 100),
     ])
     service.add_cluster(sub, "myRG", "myAKS", Cluster("eastus", [
         {"name": "system", "vmSize": "Standard_D4s_v5", "count": 3, "minCount": 3, "maxCount": 5,

@@ -3,7 +3,9 @@
 Read-only: ``ManagedClusters_Get`` (the cluster's region) and ``AgentPools_List`` of Microsoft.ContainerService
 2024-09-01, then the region's compute usages (:mod:`.quota`) for the headroom of every autoscaling GPU pool: the vCPUs
 its growth from ``count`` to ``maxCount`` needs, per quota family and in the regional total, several pools of one
-family added up. The findings themselves are decided in :mod:`.checks`.
+family added up. A Spot pool (``scaleSetPriority: Spot``, AgentPool property of the 2024-09-01 spec, default
+``Regular``) draws on the regional low-priority vCPU quota (``lowPriorityCores``) instead, whatever its family: its
+growth counts there and not in its family or in ``cores``. The findings themselves are decided in :mod:`.checks`.
 """
 
 from __future__ import annotations
@@ -14,7 +16,14 @@ from typing import Any
 
 from remediation.azure.client import ArmClient
 from remediation.azure.errors import AzureInputError
-from remediation.azure.quota import REGIONAL_VCPUS, QuotaUsage, fetch_usages, find
+from remediation.azure.quota import (
+    LOW_PRIORITY_LOCALIZED,
+    LOW_PRIORITY_VCPUS,
+    REGIONAL_VCPUS,
+    QuotaUsage,
+    fetch_usages,
+    find,
+)
 from remediation.core import skus
 from remediation.core.exitcodes import ExitCode
 from remediation.core.findings import Finding
@@ -37,6 +46,20 @@ class NodePool:
     power_state: str
     mode: str
     provisioning_state: str
+    priority: str = "Regular"  # scaleSetPriority: Regular | Spot
+
+    @property
+    def spot(self) -> bool:
+        """A Spot pool: its VMs draw on the regional low-priority vCPU quota, not their family's."""
+        return self.priority.lower() == "spot"
+
+    @property
+    def quota_name(self) -> str | None:
+        """The quota the pool's growth draws on: ``lowPriorityCores`` for Spot, else its size's family."""
+        if self.spot:
+            return LOW_PRIORITY_VCPUS
+        size = self.size
+        return size.family if size is not None else None
 
     @property
     def size(self) -> skus.VmSize | None:
@@ -69,7 +92,7 @@ class NodePool:
             "name": self.name, "vmSize": self.vm_size, "count": self.count, "minCount": self.min_count,
             "maxCount": self.max_count, "enableAutoScaling": self.autoscaling, "nodeTaints": list(self.taints),
             "powerState": self.power_state, "mode": self.mode, "provisioningState": self.provisioning_state,
-            "gpu": self.is_gpu, "atMaxCount": self.at_max,
+            "scaleSetPriority": self.priority, "gpu": self.is_gpu, "atMaxCount": self.at_max,
         }
 
 
@@ -93,6 +116,7 @@ def pool_from_dict(item: Mapping[str, Any]) -> NodePool:
         power_state=str((power or {}).get("code") or "Running"),
         mode=str(props.get("mode") or "User"),
         provisioning_state=str(props.get("provisioningState") or ""),
+        priority=str(props.get("scaleSetPriority") or "Regular"),
     )
 
 
@@ -129,14 +153,22 @@ class PoolsReport:
 
 
 def headroom_for(pools: Sequence[NodePool], usages: Sequence[QuotaUsage]) -> tuple[Headroom, ...]:
-    """Per quota family (and the regional total): the vCPUs the GPU pools' growth to maxCount needs (pure)."""
+    """Per quota the GPU pools' growth to maxCount draws on, the vCPUs it needs (pure).
+
+    A regular pool counts in its VM family and in the regional total (``cores``); a Spot pool only in the regional
+    low-priority quota (``lowPriorityCores``), which every family's Spot VMs share.
+    """
     by_family: dict[str, list[tuple[NodePool, int]]] = {}
     regional_need: list[tuple[NodePool, int]] = []
+    spot_need: list[tuple[NodePool, int]] = []
     for p in pools:
         size = p.size
         if not p.is_gpu or size is None or p.growth_nodes == 0:
             continue
         need = p.growth_nodes * size.vcpus
+        if p.spot:
+            spot_need.append((p, need))
+            continue
         by_family.setdefault(size.family.lower(), []).append((p, need))
         regional_need.append((p, need))
     out: list[Headroom] = []
@@ -144,6 +176,10 @@ def headroom_for(pools: Sequence[NodePool], usages: Sequence[QuotaUsage]) -> tup
         usage = find(usages, family) or QuotaUsage(items[0][0].size.family if items[0][0].size else family,
                                                    family, 0, 0)
         out.append(Headroom(usage, sum(n for _, n in items), tuple(p.name for p, _ in items)))
+    if spot_need:
+        # A region without the row offers no Spot vCPUs: a limit of 0, as for a family it does not list.
+        low = find(usages, LOW_PRIORITY_VCPUS) or QuotaUsage(LOW_PRIORITY_VCPUS, LOW_PRIORITY_LOCALIZED, 0, 0)
+        out.append(Headroom(low, sum(n for _, n in spot_need), tuple(p.name for p, _ in spot_need)))
     regional = find(usages, REGIONAL_VCPUS)
     if regional is not None and regional_need:
         out.append(Headroom(regional, sum(n for _, n in regional_need), tuple(p.name for p, _ in regional_need)))

@@ -5,6 +5,8 @@
 | AZ-QUOTA-001 | :func:`quota_findings`: a GPU quota family at or above the threshold (default 80 %) |
 | AZ-QUOTA-002 | :func:`quota_findings`: the regional vCPU total at or above the threshold |
 | AZ-QUOTA-003 | :func:`pool_findings`: growing the GPU pools to maxCount needs more quota than is left |
+
+A Spot pool's growth is weighed against the regional low-priority vCPUs (``lowPriorityCores``), see :mod:`.aks`.
 | AZ-AKS-001 | :func:`pool_findings`: an autoscaling pool at maxCount (the autoscaler cannot add nodes) |
 | AZ-AKS-002 | :func:`pool_findings`: a GPU pool without the ``sku=gpu:NoSchedule`` taint |
 | AZ-AKS-003 | :func:`pool_findings`: a GPU pool with that taint: GPU pods need the matching toleration |
@@ -75,7 +77,12 @@ def pool_findings(
     for h in headroom:
         if h.fits:
             continue
-        what = "the regional vCPU total (cores)" if h.usage.is_regional else h.usage.name
+        if h.usage.is_regional:
+            what = "the regional vCPU total (cores)"
+        elif h.usage.is_low_priority:
+            what = f"the regional low-priority (Spot) vCPU quota ({h.usage.name})"
+        else:
+            what = h.usage.name
         out.append(make_finding(
             "AZ-QUOTA-003",
             f"scaling {', '.join(h.pools)} to maxCount needs {h.needed} vCPUs of {what}; only {h.usage.free} left",

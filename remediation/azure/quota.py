@@ -8,6 +8,11 @@ case-insensitively. A request is Microsoft.Quota 2023-02-01's ``Quota_CreateOrUp
 ``PUT /subscriptions/{id}/providers/Microsoft.Compute/locations/{location}/providers/Microsoft.Quota/quotas/{family}``
 with ``{"properties": {"limit": {"limitObjectType": "LimitValue", "value": N}, "name": {"value": family}}}``,
 N being the new *total*; it is polled to ``Succeeded | Failed | Invalid``.
+
+Spot VMs (an AKS pool's ``scaleSetPriority: Spot``) do not draw on their VM family's quota nor on ``cores``: they draw
+on the region's low-priority vCPU quota, the usage row ``lowPriorityCores`` ("Total Regional Low-priority vCPUs"),
+shared by every family. ``quota.request --family lowPriorityCores`` raises it through the same Microsoft.Quota call
+(``resourceName`` is the usage's name; the 2023-02-01 spec types it as a free string).
 """
 
 from __future__ import annotations
@@ -27,6 +32,7 @@ from remediation.core.exitcodes import ExitCode
 
 __all__ = [
     "COMPUTE_API",
+    "LOW_PRIORITY_VCPUS",
     "QUOTA_API",
     "REGIONAL_VCPUS",
     "QuotaPlan",
@@ -49,6 +55,9 @@ __all__ = [
 COMPUTE_API = "2024-11-01"
 QUOTA_API = "2023-02-01"
 REGIONAL_VCPUS = "cores"  # Microsoft.Compute's name for "Total Regional vCPUs"
+# Microsoft.Compute's name for "Total Regional Low-priority vCPUs": the quota Spot VMs of every family draw on
+LOW_PRIORITY_VCPUS = "lowPriorityCores"
+LOW_PRIORITY_LOCALIZED = "Total Regional Low-priority vCPUs"
 SUPPORT_HINT = (
     "open a support request: Azure portal > Help + support > Create a support request > Service and subscription"
     " limits (quotas) > Compute-VM (cores-vCPUs) subscription limit increases"
@@ -82,6 +91,11 @@ class QuotaUsage:
     @property
     def is_regional(self) -> bool:
         return self.name.lower() == REGIONAL_VCPUS
+
+    @property
+    def is_low_priority(self) -> bool:
+        """The regional low-priority (Spot) vCPU quota, ``lowPriorityCores``."""
+        return self.name.lower() == LOW_PRIORITY_VCPUS.lower()
 
     def at_or_over(self, threshold_pct: float) -> bool:
         pct = self.pct
@@ -152,17 +166,20 @@ def usages_from_text(text: str, source: str) -> list[QuotaUsage]:
 
 
 def check_family(name: str | None) -> str | None:
-    """``name`` as the size table spells it, ``cores`` for the regional total, None for None; else bad input."""
+    """``name`` as the size table spells it, ``cores`` for the regional total, ``lowPriorityCores`` for the Spot
+    quota, None for None; else bad input."""
     if name is None:
         return None
     if name.strip().lower() == REGIONAL_VCPUS:
         return REGIONAL_VCPUS
+    if name.strip().lower() == LOW_PRIORITY_VCPUS.lower():
+        return LOW_PRIORITY_VCPUS
     known = skus.family_name(name)
     if known is None:
         current = sorted({s.family for s in skus.SIZES.values()}, key=str.lower)
         raise AzureInputError(
             f"unknown quota family {name!r}: GPU families are {', '.join(current)} (or cores for the regional"
-            " total); `invoke quota.show --location L` lists a region's families"
+            f" total, {LOW_PRIORITY_VCPUS} for Spot VMs); `invoke quota.show --location L` lists a region's families"
         )
     return known
 

@@ -5,7 +5,7 @@ list -o json``) parsed by :func:`remediation.azure.aks.pool_from_dict`, compute 
 list-usage -o json``) by :func:`remediation.azure.quota.usages_from_json`, and the VM size table of
 :mod:`remediation.core.skus` (vCPUs, quota family). This module only reads them from files (``--pools``, ``--usages``)
 and says which limit to raise, naming the Azure commands (``invoke aks.pools``, ``invoke quota.plan``) that look at
-them live.
+them live; for a Spot pool the limit is the regional low-priority vCPU quota (``lowPriorityCores``), not the family's.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from remediation.azure.aks import NodePool, pool_from_dict
-from remediation.azure.quota import REGIONAL_VCPUS, QuotaUsage, find, usages_from_json
+from remediation.azure.quota import LOW_PRIORITY_VCPUS, REGIONAL_VCPUS, QuotaUsage, find, usages_from_json
 from remediation.core import skus
 from remediation.k8s.errors import SnapshotError
 
@@ -103,6 +103,9 @@ def advise(
 ) -> CapacityAdvice:
     """What to raise so the pool can add the nodes a pod needs: the pool's ``maxCount``, the family quota, both.
 
+    A Spot pool (``scaleSetPriority: Spot``) is weighed against the regional low-priority quota (``lowPriorityCores``)
+    alone, and the remedy names ``invoke quota.request --family lowPriorityCores``.
+
     ``pool``: the pool the pod belongs on (from its candidate nodes); with no such node (a pool scaled to zero) the
     only GPU pool of ``pools`` is taken. Nodes needed: ``ceil(gpus_wanted / gpus_per_node)``, at least 1.
     """
@@ -126,33 +129,39 @@ def advise(
             lines.append(f"pool {chosen.name} ({size}) can grow ({limits})")
     elif pools:
         lines.append(f"no pool named {pool!r} in the pools file ({', '.join(p.name for p in pools)})")
-    family = vm_family(size) if size else None
+    spot = chosen is not None and chosen.spot
+    # A Spot pool's VMs draw on the regional low-priority quota (lowPriorityCores), not on their family nor on cores.
+    family = LOW_PRIORITY_VCPUS if spot else (vm_family(size) if size else None)
     vcpus = vm_vcpus(size) if size else None
     needed = vcpus * nodes if vcpus else None
     usage = find(usages, family) if family else None
-    regional = find(usages, REGIONAL_VCPUS)
+    regional = None if spot else find(usages, REGIONAL_VCPUS)
     current = limit = None
     if usage is not None and needed is not None:
+        what = f"Spot pool: low-priority quota {usage.name}" if spot else f"family {usage.name} quota"
         current, limit = usage.current, usage.limit
         if usage.current + needed > usage.limit:
             lines.append(
-                f"family {usage.name} quota: {usage.current} of {usage.limit} vCPUs used; {nodes} more {size} "
+                f"{what}: {usage.current} of {usage.limit} vCPUs used; {nodes} more {size} "
                 f"node(s) need {needed}: raise the limit to at least {usage.current + needed}"
             )
             raise_.append("quota")
+            if spot:
+                commands.append(f"invoke quota.request --location {location} --family {LOW_PRIORITY_VCPUS}"
+                                f" --limit {usage.current + needed}")
         else:
-            lines.append(
-                f"family {usage.name} quota: {usage.current} of {usage.limit} vCPUs used, {needed} needed: fits"
-            )
+            lines.append(f"{what}: {usage.current} of {usage.limit} vCPUs used, {needed} needed: fits")
     elif family and usages:
-        lines.append(f"no usage entry for family {family} in the usages file")
+        lines.append(f"no usage entry for {'the Spot quota' if spot else 'family'} {family} in the usages file")
     if regional is not None and needed is not None and regional.current + needed > regional.limit:
         lines.append(
             f"total regional vCPUs: {regional.current} of {regional.limit} used, {needed} needed: raise it too"
         )
         if "quota" not in raise_:
             raise_.append("quota")
-    if size:
+    if spot:  # quota.plan sums a family and cores: not what a Spot pool draws on
+        commands.append(f"invoke quota.show --location {location} --family {LOW_PRIORITY_VCPUS}")
+    elif size:
         commands.append(f"invoke quota.plan --location {location} --vm-size {size} --nodes {nodes}")
     if not raise_ and chosen is not None and usage is not None:
         lines.append(

@@ -506,7 +506,8 @@ def _rule_pool_max(ctx: _Context) -> list[Finding]:
 
 
 def _rule_quota(ctx: _Context) -> list[Finding]:
-    """K8S-PEND-008: the VM family's (or the region's) vCPU quota has no room for the pool's next node."""
+    """K8S-PEND-008: the vCPU quota the pool draws on (its VM family and the regional total; a Spot pool: the
+    regional low-priority quota, lowPriorityCores) has no room for the pool's next node."""
     if ctx.capacity is None or "quota" not in ctx.capacity.raise_:
         return []
     lines = [line for line in ctx.capacity.lines if "quota" in line or "regional" in line]

@@ -271,3 +271,34 @@ def test_scale_from_zero_picks_the_only_gpu_pool() -> None:
                               "enableAutoScaling": True}])
     advice = advise(pools, (), pool=None, gpus_wanted=1, gpus_per_node=None)
     assert advice.pool == "gpu" and advice.raise_ == ("max_count",)
+
+
+def _spot_capacity_cluster(low_current: int, low_limit: int) -> dict[str, Any]:
+    """capacity_cluster with its GPU pool on Spot (AgentPool ``scaleSetPriority: Spot``, the vendored
+    Microsoft.ContainerService 2024-09-01 spec) and the region's ``lowPriorityCores`` usage row ("Total Regional
+    Low-priority vCPUs", the quota Spot VMs of every family draw on)."""
+    cluster = scenarios.capacity_cluster()
+    cluster["pools"]["value"][1]["properties"]["scaleSetPriority"] = "Spot"
+    cluster["usages"]["value"].append({"currentValue": low_current, "limit": low_limit, "unit": "Count",
+                                       "name": {"value": "lowPriorityCores",
+                                                "localizedValue": "Total Regional Low-priority vCPUs"}})
+    return cluster
+
+
+def test_spot_pool_quota_is_the_low_priority_quota() -> None:
+    cluster = _spot_capacity_cluster(48, 48)
+    result = diagnose_pending("", _snapshot(cluster), pools_from_dict(cluster["pools"]),
+                              usages_from_dict(cluster["usages"]), cluster="myAKS", resource_group="myRG")
+    pend = [f for f in result.findings if f.id == "K8S-PEND-008"]
+    assert len(pend) == 1 and "lowPriorityCores" in pend[0].summary
+    assert "standardNCADSA100v4Family" not in " ".join([pend[0].summary, *pend[0].evidence])
+    assert result.capacity is not None and result.capacity.family == "lowPriorityCores"
+    assert "invoke quota.request --location eastus --family lowPriorityCores --limit 72" in result.capacity.commands
+
+
+def test_spot_pool_with_low_priority_room_is_not_held_by_the_full_family() -> None:
+    cluster = _spot_capacity_cluster(0, 100)  # the A100 family (72/72) and cores (96/100) are full: Spot skips them
+    result = diagnose_pending("", _snapshot(cluster), pools_from_dict(cluster["pools"]),
+                              usages_from_dict(cluster["usages"]))
+    assert "K8S-PEND-008" not in _ids(result.findings)
+    assert result.capacity is not None and "quota" not in result.capacity.raise_

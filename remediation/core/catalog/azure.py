@@ -111,7 +111,8 @@ ENTRIES: tuple[CatalogEntry, ...] = (
         "invoke quota.request --location LOCATION --family FAMILY --limit N",
         _s3(root_cause="The cluster autoscaler may grow the GPU pools to maxCount, but the region's quota of their "
             "VM family (or the regional vCPU total) has less room than that growth needs: the scale-up fails and "
-            "pods stay Pending."),
+            "pods stay Pending. A Spot pool (scaleSetPriority Spot) draws on the regional low-priority vCPU quota "
+            "(lowPriorityCores) instead: raise that one (--family lowPriorityCores)."),
     ),
     CatalogEntry(
         "AZ-AKS-001",

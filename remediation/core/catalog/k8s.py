@@ -205,10 +205,12 @@ ENTRIES: tuple[CatalogEntry, ...] = (
         _C,
         "GPU pod Pending: the VM family's vCPU quota has no room for another node",
         "request more quota: `invoke quota.plan --location L --vm-size S --nodes N`, then `invoke quota.request` "
-        "(az quota create ... --limit-object value=N)",
+        "(az quota create ... --limit-object value=N); for a Spot pool `invoke quota.request --location L "
+        "--family lowPriorityCores --limit N`",
         _s3(
             root_cause="The GPU family's regional vCPU quota is used up: the cluster autoscaler cannot provision "
-            "new nodes (VMSS scale-out fails with OperationNotAllowed)."
+            "new nodes (VMSS scale-out fails with OperationNotAllowed). A Spot pool draws on the regional "
+            "low-priority vCPU quota (lowPriorityCores) instead of its family's."
         ),
     ),
     CatalogEntry(
