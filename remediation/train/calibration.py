@@ -3,7 +3,8 @@ tests/fixtures/corpus/memory-dev.md, section 8 and section 7), and the planner's
 
 Only rows whose model, method, regime, batch and sequence length are stated are used as numbers; rows with
 "n/s" fields are not. Capacity rows (the longest sequence that fits, or an OOM) are checked as constraints.
-``bench/train_calibration.py`` prints the table that the README carries and refits :data:`ACTIVATION_SCALE`.
+``bench/train_calibration.py`` prints the table that the README carries, refits :data:`ACTIVATION_SCALE` and
+prints the leave-one-out errors (:func:`loo_rows`: the scale refitted without each peak point).
 """
 
 from __future__ import annotations
@@ -15,7 +16,18 @@ from remediation.train import plan as planner
 from remediation.train.models import builtin, spec_from_params
 from remediation.train.plan import PlanInput
 
-__all__ = ["CAPACITY_POINTS", "PEAK_POINTS", "CapacityPoint", "PeakPoint", "capacity_rows", "fit_scale", "peak_rows"]
+__all__ = [
+    "CAPACITY_POINTS",
+    "PEAK_POINTS",
+    "CapacityPoint",
+    "LooRow",
+    "PeakPoint",
+    "capacity_rows",
+    "fit_scale",
+    "loo_rows",
+    "loo_worst_under",
+    "peak_rows",
+]
 
 GiB = 1024**3
 
@@ -80,11 +92,13 @@ CAPACITY_POINTS: tuple[CapacityPoint, ...] = (
 )
 
 
-def peak_rows(scale: float | None = None) -> list[tuple[PeakPoint, int, float]]:
-    """(point, predicted allocated peak, relative error) for every peak point."""
+def peak_rows(
+    scale: float | None = None, points: tuple[PeakPoint, ...] = PEAK_POINTS
+) -> list[tuple[PeakPoint, int, float]]:
+    """(point, predicted allocated peak, relative error) for every peak point (``points``)."""
     rows = []
     with _scale(scale):
-        for point in PEAK_POINTS:
+        for point in points:
             predicted = planner.plan(point.input.checked()).peak_allocated
             rows.append((point, predicted, predicted / point.measured_bytes - 1))
     return rows
@@ -138,13 +152,38 @@ class _scale:
         planner.ACTIVATION_SCALE = self.saved
 
 
-def fit_scale(lo: float = 0.8, hi: float = 1.4, step: float = 0.005) -> float:
-    """The ACTIVATION_SCALE with the least sum of squared relative errors on the peak points."""
+def fit_scale(
+    lo: float = 0.8, hi: float = 1.4, step: float = 0.005, points: tuple[PeakPoint, ...] = PEAK_POINTS
+) -> float:
+    """The ACTIVATION_SCALE with the least sum of squared relative errors on the peak points (``points``)."""
     best, best_err = lo, float("inf")
     value = lo
     while value <= hi + 1e-9:
-        err = sum(e * e for _, _, e in peak_rows(round(value, 4)))
+        err = sum(e * e for _, _, e in peak_rows(round(value, 4), points))
         if err < best_err:
             best, best_err = round(value, 4), err
         value += step
     return best
+
+
+@dataclass(frozen=True)
+class LooRow:
+    point: PeakPoint
+    scale: float  # ACTIVATION_SCALE fitted without the point (the only fitted constant)
+    predicted: int  # allocated peak with that scale
+    error: float  # signed: negative is an under-prediction (optimistic: an OOM risk)
+
+
+def loo_rows() -> list[LooRow]:
+    """Leave-one-out on the peak points: ACTIVATION_SCALE refitted without each point, the point then predicted."""
+    rows = []
+    for i, point in enumerate(PEAK_POINTS):
+        scale = fit_scale(points=PEAK_POINTS[:i] + PEAK_POINTS[i + 1:])
+        _, predicted, error = peak_rows(scale, (point,))[0]
+        rows.append(LooRow(point, scale, predicted, error))
+    return rows
+
+
+def loo_worst_under() -> float:
+    """The largest leave-one-out under-prediction on the peak points, as a positive fraction (0 if none is under)."""
+    return max([0.0] + [-row.error for row in loo_rows()])

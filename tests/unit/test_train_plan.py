@@ -114,10 +114,40 @@ def test_zero_stages_shard_states_gradients_parameters() -> None:
                 assert b[key] == one[key]
 
 
+# Issue 23: a peak under-predicted by more than 5 % out of sample is a defect (an under-prediction is an OOM; 5 % is
+# the headroom recommendations keep, so a plan they call comfortable still fits). Checked leave-one-out: the scale is
+# refitted without the point, so the test cannot pass by fitting the point. Over-prediction wastes memory but does not
+# crash a job: it is bounded more loosely, at 10 % (the real-GPU LoRA figure in the issue is about +10 %).
+UNDER_TOLERANCE = 0.05
+OVER_TOLERANCE = 0.10
+
+
+@pytest.mark.parametrize("row", calibration.loo_rows(), ids=lambda r: r.point.id)
+def test_leave_one_out_error_on_development_points(row: calibration.LooRow) -> None:
+    point = row.point
+    shown = (f"{point.id}: predicted {row.predicted / GB:.2f} GB (scale {row.scale}), "
+             f"measured {point.measured_bytes / GB}")
+    assert row.error >= -UNDER_TOLERANCE, f"under-predicted out of sample by {-row.error:.1%}: {shown}"
+    assert row.error <= OVER_TOLERANCE, f"over-predicted out of sample by {row.error:.1%}: {shown}"
+
+
 @pytest.mark.parametrize("row", calibration.peak_rows(), ids=lambda r: r[0].id)
-def test_error_on_development_points(row: tuple[calibration.PeakPoint, int, float]) -> None:
+def test_in_sample_error_on_development_points(row: tuple[calibration.PeakPoint, int, float]) -> None:
     point, predicted, error = row
-    assert abs(error) < 0.10, f"{point.id}: predicted {predicted / GB:.2f} GB, measured {point.measured_bytes / GB}"
+    assert -UNDER_TOLERANCE <= error <= OVER_TOLERANCE, (
+        f"{point.id}: predicted {predicted / GB:.2f} GB, measured {point.measured_bytes / GB}"
+    )
+
+
+def test_recommendation_headroom_covers_the_worst_out_of_sample_under_prediction() -> None:
+    assert PlanInput(builtin("Llama-2-7b")).headroom >= calibration.loo_worst_under()
+
+
+def test_qlora_dequantization_is_a_bf16_weight_and_its_fp32_absmax() -> None:
+    spec = builtin("Llama-3-8B")
+    p = PlanInput(spec, method="qlora", lora_r=32, lora_targets=("all-linear",), seq_len=512).checked()
+    w = spec.largest_linear
+    assert plan(p).transients["dequantization"] == 2 * w + 4 * -(-w // 64)
 
 
 @pytest.mark.parametrize("row", calibration.capacity_rows(), ids=lambda r: r[0].id)
