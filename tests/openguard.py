@@ -49,12 +49,21 @@ class OpenGuard:
 
     def __init__(self, checkout: Path) -> None:
         self.roots = _roots(checkout)
+        self.checkout = str(checkout).rstrip("/") + "/"
+        # The folder beside the checkout is never a place to read, even when the checkout was cloned into a temp
+        # dir (``git clone ... $(mktemp -d)/p``): then it sits inside a temp root, which must not let it through.
+        # (A checkout directly in a temp root leaves nothing to single out: the temp root stays allowed.)
+        parent = os.path.dirname(str(checkout).rstrip("/")).rstrip("/") + "/"
+        temp_roots = {p.rstrip("/") + "/" for p in (tempfile.gettempdir(), "/tmp", "/var/tmp")}
+        self.beside = parent if parent not in temp_roots and parent.startswith(tuple(temp_roots)) else None
         self.home = os.path.expanduser("~").rstrip("/") + "/"
         self._seen: list[str] = []
         self._lock = threading.Lock()
 
     def allowed(self, path: str) -> bool:
         full = os.path.abspath(path) + "/"
+        if self.beside is not None and full.startswith(self.beside) and not full.startswith(self.checkout):
+            return False
         if full.startswith(self.roots):
             return True
         # The user's own configuration that the product reads by design, as the tools it wraps do: ~/.ssh (config,
