@@ -72,14 +72,18 @@ def show(  # type: ignore[no-untyped-def]
         "format": "table | json",
         "from_file": _FROM_FILE,
         "subscription": _SUBSCRIPTION,
+        "spot": "Spot VMs (an AKS pool with scaleSetPriority: Spot): weigh them against the regional low-priority"
+        " vCPU quota (lowPriorityCores) alone, not their family nor cores",
     },
 )
 @edge
 def plan(  # type: ignore[no-untyped-def]
     c, location=None, vm_size=None, nodes=None, gpus=None, threshold=None, format="table", from_file=None,
-    subscription=None,
+    subscription=None, spot=False,
 ):
     """What N more GPU nodes need: vCPUs of which family, against usage and limit; the limit to request, or fits.
+
+    --spot: Spot VMs draw on the regional low-priority vCPU quota (lowPriorityCores) instead of family + cores.
 
     Exit codes: 0 fits; 1 a quota request is needed; 2 bad input or no `az login`; 3 ARM error.
     """
@@ -88,7 +92,7 @@ def plan(  # type: ignore[no-untyped-def]
 
     fmt = check_format(format, ("table", "json"))
     result = quota_plan(_settings(c), location=location, vm_size=vm_size, nodes=nodes, gpus=gpus,
-                        threshold=threshold, from_file=from_file, subscription=subscription)
+                        threshold=threshold, from_file=from_file, subscription=subscription, spot=spot)
     if fmt == "json":
         print(report.plan_json(result))
     else:

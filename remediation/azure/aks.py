@@ -17,12 +17,12 @@ from typing import Any
 from remediation.azure.client import ArmClient
 from remediation.azure.errors import AzureInputError
 from remediation.azure.quota import (
-    LOW_PRIORITY_LOCALIZED,
     LOW_PRIORITY_VCPUS,
     REGIONAL_VCPUS,
     QuotaUsage,
     fetch_usages,
     find,
+    low_priority_usage,
 )
 from remediation.core import skus
 from remediation.core.exitcodes import ExitCode
@@ -178,7 +178,7 @@ def headroom_for(pools: Sequence[NodePool], usages: Sequence[QuotaUsage]) -> tup
         out.append(Headroom(usage, sum(n for _, n in items), tuple(p.name for p, _ in items)))
     if spot_need:
         # A region without the row offers no Spot vCPUs: a limit of 0, as for a family it does not list.
-        low = find(usages, LOW_PRIORITY_VCPUS) or QuotaUsage(LOW_PRIORITY_VCPUS, LOW_PRIORITY_LOCALIZED, 0, 0)
+        low = low_priority_usage(usages)
         out.append(Headroom(low, sum(n for _, n in spot_need), tuple(p.name for p, _ in spot_need)))
     regional = find(usages, REGIONAL_VCPUS)
     if regional is not None and regional_need:

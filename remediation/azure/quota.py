@@ -12,7 +12,8 @@ N being the new *total*; it is polled to ``Succeeded | Failed | Invalid``.
 Spot VMs (an AKS pool's ``scaleSetPriority: Spot``) do not draw on their VM family's quota nor on ``cores``: they draw
 on the region's low-priority vCPU quota, the usage row ``lowPriorityCores`` ("Total Regional Low-priority vCPUs"),
 shared by every family. ``quota.request --family lowPriorityCores`` raises it through the same Microsoft.Quota call
-(``resourceName`` is the usage's name; the 2023-02-01 spec types it as a free string).
+(``resourceName`` is the usage's name; the 2023-02-01 spec types it as a free string), and ``quota.plan --spot`` weighs
+N more Spot VMs against that row alone (a region without it: a limit of 0).
 """
 
 from __future__ import annotations
@@ -35,6 +36,7 @@ __all__ = [
     "LOW_PRIORITY_VCPUS",
     "QUOTA_API",
     "REGIONAL_VCPUS",
+    "SPOT_QUOTA_LABEL",
     "QuotaPlan",
     "QuotaRequestResult",
     "QuotaUsage",
@@ -43,6 +45,7 @@ __all__ = [
     "check_limit",
     "check_size",
     "fetch_usages",
+    "low_priority_usage",
     "plan",
     "plan_counts",
     "quota_request_body",
@@ -58,6 +61,8 @@ REGIONAL_VCPUS = "cores"  # Microsoft.Compute's name for "Total Regional vCPUs"
 # Microsoft.Compute's name for "Total Regional Low-priority vCPUs": the quota Spot VMs of every family draw on
 LOW_PRIORITY_VCPUS = "lowPriorityCores"
 LOW_PRIORITY_LOCALIZED = "Total Regional Low-priority vCPUs"
+# How quota.plan --spot names it (table and JSON): what it is, then the usage name to request it by
+SPOT_QUOTA_LABEL = f"regional low-priority (Spot) vCPUs, {LOW_PRIORITY_VCPUS}"
 SUPPORT_HINT = (
     "open a support request: Azure portal > Help + support > Create a support request > Service and subscription"
     " limits (quotas) > Compute-VM (cores-vCPUs) subscription limit increases"
@@ -210,6 +215,14 @@ def find(usages: Iterable[QuotaUsage], name: str) -> QuotaUsage | None:
     return next((u for u in usages if u.name.lower() == key), None)
 
 
+def low_priority_usage(usages: Iterable[QuotaUsage]) -> QuotaUsage:
+    """The region's ``lowPriorityCores`` row, the quota Spot VMs of every family draw on.
+
+    A region without the row offers no Spot vCPUs: a limit of 0, as for a family it does not list.
+    """
+    return find(usages, LOW_PRIORITY_VCPUS) or QuotaUsage(LOW_PRIORITY_VCPUS, LOW_PRIORITY_LOCALIZED, 0, 0)
+
+
 @dataclass(frozen=True)
 class UsageReport:
     """``quota.show``: the GPU families and the regional total of one region, with the threshold applied."""
@@ -278,7 +291,11 @@ class QuotaNeed:
 
 @dataclass(frozen=True)
 class QuotaPlan:
-    """``quota.plan``: N more nodes (or GPUs) of one size, as vCPUs of its family and of the regional total."""
+    """``quota.plan``: N more nodes (or GPUs) of one size, as vCPUs of its family and of the regional total.
+
+    ``spot``: Spot VMs; ``family`` is then the need on the regional low-priority quota (``lowPriorityCores``), the only
+    quota they draw on, and ``regional`` is None.
+    """
 
     location: str
     size: skus.VmSize
@@ -288,10 +305,16 @@ class QuotaPlan:
     family: QuotaNeed
     regional: QuotaNeed | None
     threshold_pct: float
+    spot: bool = False
+
+    @property
+    def needs(self) -> tuple[QuotaNeed, ...]:
+        """Every quota the plan draws on: the family (or, for Spot, ``lowPriorityCores``), then ``cores``."""
+        return (self.family,) if self.regional is None else (self.family, self.regional)
 
     @property
     def fits(self) -> bool:
-        return self.family.fits and (self.regional is None or self.regional.fits)
+        return all(n.fits for n in self.needs)
 
     @property
     def exit_code(self) -> ExitCode:
@@ -325,10 +348,24 @@ def plan_counts(size: skus.VmSize, nodes: Any, gpus: Any) -> tuple[int, int]:
 
 
 def plan(
-    usages: Sequence[QuotaUsage], location: str, size: skus.VmSize, nodes: int, gpus: int, threshold_pct: float
+    usages: Sequence[QuotaUsage],
+    location: str,
+    size: skus.VmSize,
+    nodes: int,
+    gpus: int,
+    threshold_pct: float,
+    *,
+    spot: bool = False,
 ) -> QuotaPlan:
-    """What ``nodes`` more VMs of ``size`` need against the region's usages (pure)."""
+    """What ``nodes`` more VMs of ``size`` need against the region's usages (pure).
+
+    Regular VMs draw on their family and on ``cores``; Spot VMs (``spot``) only on ``lowPriorityCores``
+    (:func:`low_priority_usage`: a region without the row has a limit of 0).
+    """
     vcpus = nodes * size.vcpus
+    if spot:
+        low = QuotaNeed(low_priority_usage(usages), vcpus)
+        return QuotaPlan(location, size, nodes, gpus, vcpus, low, None, threshold_pct, spot=True)
     fam = find(usages, size.family) or QuotaUsage(size.family, size.family, 0, 0)
     regional = find(usages, REGIONAL_VCPUS)
     return QuotaPlan(

@@ -26,7 +26,15 @@ from rich.table import Table
 
 from remediation.azure.aks import PoolsReport
 from remediation.azure.checks import quota_findings
-from remediation.azure.quota import QuotaPlan, QuotaRequestResult, QuotaUsage, UsageReport
+from remediation.azure.quota import (
+    REGIONAL_VCPUS,
+    SPOT_QUOTA_LABEL,
+    QuotaNeed,
+    QuotaPlan,
+    QuotaRequestResult,
+    QuotaUsage,
+    UsageReport,
+)
 from remediation.core.findings import Finding
 from remediation.report.prometheus import escape_help, escape_label_value
 
@@ -121,26 +129,32 @@ def quota_prometheus(report: UsageReport) -> str:
     return "\n".join(lines) + "\n"
 
 
+def _plan_quota(u: QuotaUsage) -> str:
+    """A plan's quota as the table names it: the Spot quota by what it is, then its usage name."""
+    return SPOT_QUOTA_LABEL if u.is_low_priority else u.name
+
+
 def print_plan(console: Console, p: QuotaPlan) -> None:
     console.print(
-        f"{p.nodes} more {p.size.name} ({p.gpus} x {p.size.gpu_model}"
+        f"{p.nodes} more {p.size.name}{' Spot VMs' if p.spot else ''} ({p.gpus} x {p.size.gpu_model}"
         + (f", {p.size.gpu_share} of a GPU each" if p.size.gpu_share != 1 else "")
-        + f") = {p.vcpus} vCPUs of {p.size.family} in {p.location or '(from file)'}",
+        + f") = {p.vcpus} vCPUs of {p.family.usage.name if p.spot else p.size.family}"
+        + f" in {p.location or '(from file)'}"
+        + (f" (the regional low-priority (Spot) vCPUs; not {p.size.family} nor {REGIONAL_VCPUS})" if p.spot else ""),
         highlight=False, markup=False,
     )
     table = Table()
     for col in ("quota", "used", "limit", "+ needed", "new total", "verdict"):
         table.add_column(col)
-    needs = [p.family] + ([p.regional] if p.regional is not None else [])
-    for n in needs:
+    for n in p.needs:
         verdict = "fits" if n.fits else f"[red]request limit {n.new_total}[/red]"
-        table.add_row(escape(n.usage.name), str(n.usage.current), str(n.usage.limit), str(n.needed), str(n.new_total),
-                      verdict)
+        table.add_row(escape(_plan_quota(n.usage)), str(n.usage.current), str(n.usage.limit), str(n.needed),
+                      str(n.new_total), verdict)
     console.print(table)
     if p.fits:
         console.print("fits: no quota request needed")
         return
-    for n in needs:
+    for n in p.needs:
         if not n.fits:
             console.print(
                 f"request: invoke quota.request --location {p.location or 'LOCATION'} --family {n.usage.name}"
@@ -151,14 +165,18 @@ def print_plan(console: Console, p: QuotaPlan) -> None:
 
 
 def plan_json(p: QuotaPlan) -> str:
-    def need(n: Any) -> dict[str, Any]:
-        return {"quota": n.usage.name, "currentValue": n.usage.current, "limit": n.usage.limit, "needed": n.needed,
-                "newTotal": n.new_total, "fits": n.fits, "limitUnderThreshold": n.headroom_limit(p.threshold_pct)}
+    def need(n: QuotaNeed) -> dict[str, Any]:
+        out: dict[str, Any] = {
+            "quota": n.usage.name, "currentValue": n.usage.current, "limit": n.usage.limit, "needed": n.needed,
+            "newTotal": n.new_total, "fits": n.fits, "limitUnderThreshold": n.headroom_limit(p.threshold_pct)}
+        if n.usage.is_low_priority:
+            out["description"] = SPOT_QUOTA_LABEL
+        return out
 
     return json.dumps({
         "location": p.location, "vmSize": p.size.name, "vcpusPerVm": p.size.vcpus, "gpusPerVm": p.size.gpu_count,
-        "family": p.size.family, "nodes": p.nodes, "gpus": p.gpus, "vcpus": p.vcpus, "fits": p.fits,
-        "quotas": [need(p.family)] + ([need(p.regional)] if p.regional is not None else []),
+        "family": p.size.family, "spot": p.spot, "nodes": p.nodes, "gpus": p.gpus, "vcpus": p.vcpus, "fits": p.fits,
+        "quotas": [need(n) for n in p.needs],
     }, indent=2)
 
 

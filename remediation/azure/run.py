@@ -100,9 +100,13 @@ def quota_plan(
     threshold: Any = None,
     from_file: str | None = None,
     subscription: str | None = None,
+    spot: bool = False,
     client_factory: Callable[[AzureSettings, str | None], ArmClient] = client_for,
 ) -> QuotaPlan:
-    """``quota.plan``: what N more nodes (or GPUs) of ``vm_size`` need, against the region's usage."""
+    """``quota.plan``: what N more nodes (or GPUs) of ``vm_size`` need, against the region's usage.
+
+    ``spot``: Spot VMs, weighed against the regional low-priority quota (``lowPriorityCores``) alone.
+    """
     pct = check_threshold(threshold, settings)
     size = check_size(vm_size)
     n_nodes, n_gpus = plan_counts(size, nodes, gpus)
@@ -112,7 +116,7 @@ def quota_plan(
     else:
         loc = location_arg(location, settings.extra_locations)
         usages = fetch_usages(client_factory(settings, subscription), loc)
-    return plan(usages, loc, size, n_nodes, n_gpus, pct)
+    return plan(usages, loc, size, n_nodes, n_gpus, pct, spot=bool(spot))
 
 
 def quota_request(

@@ -104,7 +104,8 @@ def advise(
     """What to raise so the pool can add the nodes a pod needs: the pool's ``maxCount``, the family quota, both.
 
     A Spot pool (``scaleSetPriority: Spot``) is weighed against the regional low-priority quota (``lowPriorityCores``)
-    alone, and the remedy names ``invoke quota.request --family lowPriorityCores``.
+    alone, and the remedy names ``invoke quota.plan ... --spot`` and ``invoke quota.request --family
+    lowPriorityCores``.
 
     ``pool``: the pool the pod belongs on (from its candidate nodes); with no such node (a pool scaled to zero) the
     only GPU pool of ``pools`` is taken. Nodes needed: ``ceil(gpus_wanted / gpus_per_node)``, at least 1.
@@ -159,10 +160,11 @@ def advise(
         )
         if "quota" not in raise_:
             raise_.append("quota")
-    if spot:  # quota.plan sums a family and cores: not what a Spot pool draws on
+    if size:  # --spot: quota.plan weighs the nodes against lowPriorityCores alone, not family + cores
+        commands.append(f"invoke quota.plan --location {location} --vm-size {size} --nodes {nodes}"
+                        + (" --spot" if spot else ""))
+    elif spot:
         commands.append(f"invoke quota.show --location {location} --family {LOW_PRIORITY_VCPUS}")
-    elif size:
-        commands.append(f"invoke quota.plan --location {location} --vm-size {size} --nodes {nodes}")
     if not raise_ and chosen is not None and usage is not None:
         lines.append(
             "neither maxCount nor the quota is the limit: look at the cluster autoscaler's events "

@@ -18,9 +18,12 @@ Sources, as read for this change:
 
 from __future__ import annotations
 
+import io
 import json
 import re
 from pathlib import Path
+
+from rich.console import Console
 
 from remediation.azure.aks import NodePool, headroom_for, pool_from_dict
 from remediation.azure.checks import pool_findings
@@ -28,8 +31,11 @@ from remediation.azure.quota import (
     LOW_PRIORITY_VCPUS,
     QuotaUsage,
     check_family,
+    check_size,
+    plan,
     quota_request_body,
 )
+from remediation.azure.report import plan_json, print_plan
 from remediation.k8s.capacity import advise
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -118,8 +124,9 @@ def test_pending_capacity_names_the_low_priority_quota_for_a_spot_pool() -> None
     assert any(line.startswith("Spot pool: low-priority quota lowPriorityCores: 48 of 64") for line in advice.lines)
     assert not any("family " in line.lower() or "total regional" in line for line in advice.lines)
     assert "invoke quota.request --location eastus --family lowPriorityCores --limit 72" in advice.commands
-    assert "invoke quota.show --location eastus --family lowPriorityCores" in advice.commands
-    assert not any(c.startswith("invoke quota.plan") for c in advice.commands)  # it sums a family, not Spot
+    # quota.plan --spot weighs the node against lowPriorityCores alone (without --spot it sums family + cores)
+    plans = [c for c in advice.commands if c.startswith("invoke quota.plan")]
+    assert plans == ["invoke quota.plan --location eastus --vm-size Standard_NC24ads_A100_v4 --nodes 1 --spot"]
     fits = advise([_spot(count=2, max_count=3)], _usages(low=(0, 64)), pool="spotgpu", gpus_wanted=1, gpus_per_node=1)
     assert fits.raise_ == () and any("fits" in line for line in fits.lines)
 
@@ -130,3 +137,63 @@ def test_a_regular_pool_keeps_family_and_regional() -> None:
     advice = advise([regular], _usages(), pool="gpunp", gpus_wanted=1, gpus_per_node=1, location="eastus")
     assert (advice.family or "").lower() == "standardncadsa100v4family" and advice.raise_ == ()
     assert "invoke quota.plan --location eastus --vm-size Standard_NC24ads_A100_v4 --nodes 1" in advice.commands
+    assert not any(c.endswith("--spot") for c in advice.commands)
+
+
+def test_spot_plan_needs_a_request_on_the_low_priority_quota_alone() -> None:
+    # 2 more A100 Spot VMs = 48 vCPUs: lowPriorityCores 40 of 64 -> 88, over; the family and cores are not weighed.
+    p = plan(_usages(), "eastus", check_size(A100), 2, 2, 80, spot=True)
+    assert p.spot and p.regional is None and p.vcpus == 48
+    assert [(n.usage.name, n.usage.current, n.usage.limit, n.needed, n.new_total, n.fits) for n in p.needs] == [
+        (LOW_PRIORITY_VCPUS, 40, 64, 48, 88, False)]
+    assert not p.fits and p.exit_code == 1 and p.family.headroom_limit(80) == 110
+
+
+def test_spot_plan_fits_while_the_family_is_full() -> None:
+    # 3 more A100s = 72 vCPUs: the family (72 of 96) could not take them, lowPriorityCores (0 of 200) can.
+    usages = _usages(low=(0, 200))
+    regular = plan(usages, "eastus", check_size(A100), 3, 3, 80)
+    assert not regular.fits and regular.family.usage.name == "standardNCADSA100v4Family"
+    p = plan(usages, "eastus", check_size(A100), 3, 3, 80, spot=True)
+    assert [(n.usage.name, n.new_total) for n in p.needs] == [(LOW_PRIORITY_VCPUS, 72)]
+    assert p.fits and p.exit_code == 0
+
+
+def test_spot_plan_in_a_region_without_the_row_has_a_limit_of_0() -> None:
+    usages = [QuotaUsage("cores", "Total Regional vCPUs", 0, 350),
+              QuotaUsage("standardNCADSA100v4Family", "Standard NCADS_A100_v4 Family vCPUs", 0, 96)]
+    p = plan(usages, "eastus", check_size(A100), 1, 1, 80, spot=True)
+    low = p.family.usage
+    assert (low.name, low.localized, low.current, low.limit) == (
+        LOW_PRIORITY_VCPUS, "Total Regional Low-priority vCPUs", 0, 0)
+    assert p.needs == (p.family,) and p.family.new_total == 24 and not p.fits and p.exit_code == 1
+
+
+def test_regular_plan_is_unchanged_by_the_spot_quota() -> None:
+    # The lowPriorityCores row is in the usages, but regular VMs still draw on their family and cores only.
+    p = plan(_usages(low=(0, 0)), "eastus", check_size(A100), 1, 1, 80)
+    assert not p.spot
+    assert [(n.usage.name, n.new_total, n.fits) for n in p.needs] == [
+        ("standardNCADSA100v4Family", 96, True), ("cores", 224, True)]
+    assert p.fits and p.exit_code == 0
+    doc = json.loads(plan_json(p))
+    assert doc["spot"] is False and [q["quota"] for q in doc["quotas"]] == ["standardNCADSA100v4Family", "cores"]
+    assert all("description" not in q for q in doc["quotas"])
+
+
+def test_spot_plan_report_names_the_spot_quota_and_the_request() -> None:
+    p = plan(_usages(), "eastus", check_size(A100), 2, 2, 80, spot=True)
+    doc = json.loads(plan_json(p))
+    assert doc["spot"] is True and doc["fits"] is False and doc["vcpus"] == 48
+    assert doc["quotas"] == [{"quota": "lowPriorityCores", "currentValue": 40, "limit": 64, "needed": 48,
+                              "newTotal": 88, "fits": False, "limitUnderThreshold": 110,
+                              "description": "regional low-priority (Spot) vCPUs, lowPriorityCores"}]
+    out = io.StringIO()
+    print_plan(Console(file=out, width=200, highlight=False), p)
+    text = out.getvalue()
+    assert "2 more Standard_NC24ads_A100_v4 Spot VMs" in text
+    assert "= 48 vCPUs of lowPriorityCores in eastus (the regional low-priority (Spot) vCPUs; not" in text
+    assert "regional low-priority (Spot) vCPUs, lowPriorityCores │ 40" in text  # the table's quota column
+    assert "│ cores" not in text and "│ standardNCADSA100v4Family" not in text
+    assert "request: invoke quota.request --location eastus --family lowPriorityCores --limit 88 " in text
+    assert "--family standardNCADSA100v4Family" not in text and "--family cores" not in text
