@@ -5,10 +5,16 @@
 - **limits per model**: a deployment's RPM is its ``rpm``, else its TPM converted with its model's capacity unit, as
   Azure allocates quota (:data:`CAPACITY_UNITS`, this stand-in's own table of the quota page's "units of capacity":
   older chat models 6 RPM per 1,000 TPM, o1 1 RPM per 6,000 TPM, o3-mini 1 RPM per 10,000 TPM, ...).
-- **admission**: a request is charged its prompt tokens + ``max_tokens`` (or ``max_completion_tokens``, default
-  :data:`DEFAULT_MAX_TOKENS`; times ``n``) against the deployment's tokens per minute over a rolling window, and
-  counted against RPM/6 per sixth of that window (Azure: per 10 seconds). A request that would exceed either is
-  answered ``429`` and not charged.
+- **admission**: a request is charged the rate limiter's *estimate* of its processed tokens, as Azure's quota page
+  describes it ("Manage Azure OpenAI quota", section "Understanding rate limits": prompt text and count, the
+  ``max_tokens`` setting, the ``best_of`` setting; "an estimate based in part on the character count of the API
+  request", not the count used for billing): here the characters of the request's ``messages`` as sent (JSON) / 4,
+  rounded up, + ``max_tokens`` (or ``max_completion_tokens``, default :data:`DEFAULT_MAX_TOKENS`) times the larger
+  of ``n`` and ``best_of``. No tokenizer: the estimate is the service's own, and a client that counts tokens
+  differently sees the difference only in ``x-ratelimit-remaining-tokens`` and in 429s (``estimator="tokenizer"``
+  charges the billing count instead, for a test that needs the two equal). The charge is held against the
+  deployment's tokens per minute over a rolling window, and the request counted against RPM/6 per sixth of that
+  window (Azure: per 10 seconds). A request that would exceed either is answered ``429`` and not charged.
 - **429 answers** carry Azure's headers (``retry-after`` in whole seconds, ``retry-after-ms``,
   ``x-ratelimit-remaining-requests``/``-tokens``, ``policy-id: DeploymentRatelimit-Token|Call``, ``x-ms-region``,
   ``apim-request-id``) and its body wording: "Requests to the ChatCompletions_Create Operation under Azure OpenAI API
@@ -115,6 +121,11 @@ class _Ledger:
     override_s: float | None = None
 
 
+def _whole(value: Any) -> int:
+    """``n`` or ``best_of``: a whole number of at least 1 (absent, or not a number: 1)."""
+    return value if isinstance(value, int) and not isinstance(value, bool) and value >= 1 else 1
+
+
 def _counter() -> Any:
     try:
         import tiktoken
@@ -141,6 +152,7 @@ class FakeAzureOpenAI(LoopbackService):
         host: str = "127.0.0.1",
         port: int = 0,
         api_version: str = "2024-10-21",
+        estimator: str = "characters",
     ) -> None:
         try:
             require_loopback(host, "fake Azure OpenAI")
@@ -148,6 +160,9 @@ class FakeAzureOpenAI(LoopbackService):
             raise LabError(str(exc)) from None
         if window_s <= 0:
             raise LabError(f"window_s {window_s} must be positive")
+        if estimator not in ("characters", "tokenizer"):
+            raise LabError(f"estimator {estimator!r}: characters (Azure's rate-limit estimate) or tokenizer")
+        self.estimator = estimator
         self.window_s = float(window_s)
         self.latency_s = latency_s
         self.completion_ratio = completion_ratio
@@ -235,6 +250,14 @@ class FakeAzureOpenAI(LoopbackService):
                             text = part.get("text") if isinstance(part, dict) else None
                             total += self._count(text) if isinstance(text, str) else 765
         return total + 3
+
+    def rate_limit_charge(self, body: dict[str, Any], max_tokens: int) -> int:
+        """What the rate limiter charges ``body`` at admission (see the module docstring), not what is billed."""
+        choices = max(_whole(body.get("n")), _whole(body.get("best_of")))
+        if self.estimator == "tokenizer":
+            return self.prompt_tokens(body) + max_tokens * choices
+        sent = json.dumps(body.get("messages"), ensure_ascii=False)
+        return math.ceil(len(sent) / 4) + max_tokens * choices
 
     def deployment(self, name: str) -> FakeDeployment | None:
         ledger = self._ledgers.get(name)
@@ -324,9 +347,9 @@ class _Handler(BaseHTTPRequestHandler):
             )
             return
         max_tokens = body.get("max_tokens") or body.get("max_completion_tokens") or DEFAULT_MAX_TOKENS
-        choices = int(body.get("n") or 1)
+        choices = _whole(body.get("n"))
         prompt = svc.prompt_tokens(body)
-        charge = prompt + int(max_tokens) * choices
+        charge = svc.rate_limit_charge(body, int(max_tokens))
         admitted, limit, wait, left_requests, left_tokens = svc.admit(dep.name, charge)
         common = {
             "x-ratelimit-remaining-requests": str(left_requests),

@@ -65,12 +65,13 @@ def deps(svc: FakeAzureOpenAI, *names: str, priorities: tuple[int, ...] = ()) ->
 
 def hog(svc: FakeAzureOpenAI, deployment: str, tokens: int) -> None:
     """Another application spends ``tokens`` of the deployment's minute (the client cannot see it)."""
+    prompt = svc.rate_limit_charge(chat(0, "x"), 0)  # what the service's rate limiter charges the prompt
     answer = httpx.post(
         f"{svc.url}/openai/deployments/{deployment}/chat/completions?api-version={V}",
-        json=chat(tokens - 8, "x"),
+        json=chat(tokens - prompt, "x"),
         headers={"api-key": "k"},
         timeout=10,
-    )  # prompt: 8 tokens
+    )
     assert answer.status_code == 200
 
 

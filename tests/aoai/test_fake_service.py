@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+import math
 from collections.abc import Iterator
 
 import httpx
@@ -47,12 +49,19 @@ def test_loopback_only() -> None:
 
 
 def test_token_limit_is_charged_at_admission_as_prompt_plus_max_tokens(svc: FakeAzureOpenAI) -> None:
+    # "Manage Azure OpenAI quota", "Understanding rate limits": the estimate counts the prompt text and count, the
+    # max_tokens setting and best_of, "based in part on the character count of the API request"; it is not the
+    # count used for billing (usage). The stand-in's own rule: characters of the messages as sent / 4, rounded up.
     svc.reset()
-    first = post(svc, "tok", chat(900))
+    body = chat(900, "fleet " * 40)
+    first = post(svc, "tok", body)
     assert first.status_code == 200
     usage = first.json()["usage"]
     assert usage["completion_tokens"] == 900 and usage["total_tokens"] == usage["prompt_tokens"] + 900
-    assert int(first.headers["x-ratelimit-remaining-tokens"]) == 1000 - usage["total_tokens"]
+    estimate = math.ceil(len(json.dumps(body["messages"])) / 4) + 900
+    assert int(first.headers["x-ratelimit-remaining-tokens"]) == 1000 - estimate
+    assert estimate != usage["total_tokens"]  # the rate limiter's estimate is not the billed count
+    assert [a.charge for a in svc.arrivals_of("tok")] == [estimate]
     second = post(svc, "tok", chat(200))
     assert second.status_code == 429
     assert second.headers["policy-id"] == "DeploymentRatelimit-Token"
@@ -66,6 +75,26 @@ def test_token_limit_is_charged_at_admission_as_prompt_plus_max_tokens(svc: Fake
     parsed = text.parse(second.text)
     assert (parsed.limit_kind, parsed.retry_after_seconds) == ("tokens", float(seconds))
     assert [a.admitted for a in svc.arrivals_of("tok")] == [True, False]  # a refused request is not charged
+
+
+def test_best_of_and_n_multiply_the_max_tokens_charged(svc: FakeAzureOpenAI) -> None:
+    svc.reset()
+    body = {**chat(100), "best_of": 3, "n": 2}
+    answer = post(svc, "tok", body)
+    assert answer.status_code == 200
+    (arrival,) = svc.arrivals_of("tok")
+    assert arrival.charge == math.ceil(len(json.dumps(body["messages"])) / 4) + 3 * 100  # the larger of n, best_of
+    assert len(answer.json()["choices"]) == 2
+
+
+def test_the_tokenizer_estimator_charges_the_billed_count() -> None:
+    with FakeAzureOpenAI([FakeDeployment("t", tpm=1000, rpm=600)], window_s=12.0, estimator="tokenizer") as one:
+        answer = post(one, "t", chat(100, "fleet " * 40), key="")
+        assert answer.status_code == 200
+        (arrival,) = one.arrivals_of("t")
+        assert arrival.charge == answer.json()["usage"]["total_tokens"]
+    with pytest.raises(LabError, match="estimator"):
+        FakeAzureOpenAI([], estimator="tiktoken")
 
 
 def test_rpm_is_checked_per_sixth_of_the_window(svc: FakeAzureOpenAI) -> None:
