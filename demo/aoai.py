@@ -1,8 +1,9 @@
 """Scene S4 on the local Azure OpenAI stand-in: a 429 storm, its diagnosis, and the client that prevents it.
 
 The stand-in (:mod:`lab.services.aoai`) is a real HTTP server on loopback enforcing TPM (its own estimate of each
-request: characters of the prompt / 4 + max_tokens, per rolling minute) and RPM (per 10 s) the way Azure does; its minute lasts 3 seconds here so the scene plays in
-seconds (hints and logs follow that clock: the logs' minutes are the service's minutes).
+request: characters of the prompt / 4 + max_tokens, per rolling minute) and RPM (per 10 s) the way Azure does;
+its minute lasts 3 seconds here so the scene plays in seconds (hints and logs follow that clock: the logs' minutes
+are the service's minutes).
 
 1. a launch burst through openai-python's own retry against one Standard deployment: 429s, failures;
 2. ``invoke aoai.diagnose`` on that response log: the storm's share, the Retry-After values, peak TPM vs the limit;
