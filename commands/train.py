@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import sys
 from typing import Any
 
@@ -17,7 +18,7 @@ JOB_HELP = {
     "params": "only a parameter count (7e9, 7B): a Llama-shaped estimate",
     "gpu": "GPU model: A100-80GB, A100-40GB, H100-80GB, H100-NVL, H200, A10, A10G, L4, L40S, T4, V100-16GB, ... "
     "(default train.gpu)",
-    "gpu_memory": "GPU memory instead of a model: 80GiB, 48GB, 24564MiB",
+    "gpu_memory": "GPU memory instead of a model, with a unit: 80GB, 80GiB, 80G, 24564MiB (a bare number is refused)",
     "regime": "bf16 (8 B/param) | bf16-fp32-states (12: the runbook's) | mixed (16) | amp (16+2) | fp32 (16)",
     "optimizer": "adamw | adamw-8bit | sgd | sgd-momentum",
     "fused": "AdamW with fused=True (no copy of v during the step)",
@@ -25,29 +26,39 @@ JOB_HELP = {
     "lora_r": "LoRA rank (default train.lora_r)",
     "lora_targets": "LoRA target modules, comma-separated (q_proj,v_proj; all-linear); default: peft's for the model",
     "lora_dropout": "LoRA dropout (default train.lora_dropout)",
-    "batch": "per_device_train_batch_size",
-    "seq_len": "tokens per sequence (the longest the job will see)",
-    "grad_accum": "gradient_accumulation_steps",
+    "batch": "per_device_train_batch_size, a whole number (default 1)",
+    "seq_len": "tokens per sequence (the longest the job will see), a whole number (default 2048)",
+    "grad_accum": "gradient_accumulation_steps, a whole number (default 1)",
     "grad_checkpointing": "gradient checkpointing on",
-    "gpus": "GPUs the job runs on (data parallel)",
-    "zero_stage": "ZeRO stage across --gpus: 0 (none), 1 (optimizer states), 2 (+gradients), 3 (+parameters)",
+    "gpus": "GPUs the job runs on (data parallel), a whole number (default 1)",
+    "zero_stage": "ZeRO stage across --gpus (2 or more): 0 (none, default), 1 (optimizer states), 2 (+gradients), "
+    "3 (+parameters)",
     "attention": "flash (FlashAttention/SDPA, default) | eager (s^2 attention scores)",
 }
 
 
+def typed_number(flag: str, value: Any, kind: type) -> Any:
+    """A flag's string as a finite ``kind`` (int: a whole number), or one line naming the flag (exit 2)."""
+    from remediation.core.errors import UsageError
+
+    try:
+        if isinstance(value, bool):
+            raise ValueError(value)
+        got = kind(str(value).strip())
+        if not math.isfinite(got):
+            raise ValueError(value)
+        return got
+    except (TypeError, ValueError, OverflowError):
+        raise UsageError(f"{flag} {value!r}: give {'a whole number' if kind is int else 'a number'}") from None
+
+
 def job_flags(**flags: Any) -> Any:
     """:class:`~remediation.train.api.JobFlags` from the task's flags (strings from the command line typed here)."""
-    from remediation.core.errors import UsageError
     from remediation.train.api import JobFlags
 
     def number(name: str, kind: type, default: Any) -> Any:
         value = flags.get(name)
-        if value is None:
-            return default
-        try:
-            return kind(value)
-        except (TypeError, ValueError):
-            raise UsageError(f"--{name.replace('_', '-')} {value!r} must be a number") from None
+        return default if value is None else typed_number(f"--{name.replace('_', '-')}", value, kind)
 
     targets = str(flags.get("lora_targets") or "")
     return JobFlags(
@@ -100,12 +111,12 @@ def plan(  # type: ignore[no-untyped-def]
     lora_r=None,
     lora_targets=None,
     lora_dropout=None,
-    batch=1,
-    seq_len=2048,
-    grad_accum=1,
+    batch=None,
+    seq_len=None,
+    grad_accum=None,
     grad_checkpointing=False,
-    gpus=1,
-    zero_stage=0,
+    gpus=None,
+    zero_stage=None,
     attention="flash",
     format="table",
 ):
@@ -169,12 +180,12 @@ def diagnose_oom(  # type: ignore[no-untyped-def]
     lora_r=None,
     lora_targets=None,
     lora_dropout=None,
-    batch=1,
-    seq_len=2048,
-    grad_accum=1,
+    batch=None,
+    seq_len=None,
+    grad_accum=None,
     grad_checkpointing=False,
-    gpus=1,
-    zero_stage=0,
+    gpus=None,
+    zero_stage=None,
     attention="flash",
 ):
     """Read a PyTorch/ROCm OOM: its numbers, the cause, the fix; with --model etc. the planner's numbers.
@@ -232,15 +243,15 @@ def monitor(  # type: ignore[no-untyped-def]
     from remediation.transport.fanout import Status
 
     cfg = settings(c, TrainSettings, "train")
-    try:
-        every = float(interval if interval is not None else cfg.monitor_interval)
-        if duration is not None and count is not None:
-            raise UsageError("pass --count or --duration, not both")
-        times = int(count) if count is not None else (
-            max(1, int(float(duration) // every) + 1) if duration is not None else cfg.monitor_count
-        )
-    except (TypeError, ValueError):
-        raise UsageError("--interval, --count and --duration take numbers") from None
+    every = float(typed_number("--interval", interval, float)) if interval is not None else float(cfg.monitor_interval)
+    if duration is not None and count is not None:
+        raise UsageError("pass --count or --duration, not both")
+    if count is not None:
+        times = typed_number("--count", count, int)
+    elif duration is not None:
+        times = max(1, int(typed_number("--duration", duration, float) // every) + 1) if every > 0 else 1
+    else:
+        times = cfg.monitor_count
     hosts, _path, _group = fleet_hosts(c, fleet, inventory, host)
     if len(hosts) != 1:
         raise UsageError(f"--host {host!r} must name exactly one host of fleet {fleet} ({len(hosts)} match)")

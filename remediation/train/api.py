@@ -14,7 +14,9 @@ from remediation.train import oom as oom_mod
 from remediation.train.errors import TrainError
 from remediation.train.gpus import gpu as gpu_named
 from remediation.train.gpus import parse_size
+from remediation.train.gpus import substitution as gpu_substitution
 from remediation.train.models import ModelSpec, builtin, load_config, spec_from_config, spec_from_params
+from remediation.train.models import substitution as model_substitution
 from remediation.train.plan import Plan, PlanInput, Recommendation, plan, recommend
 from remediation.train.settings import TrainSettings
 
@@ -113,6 +115,9 @@ def capacity_from_host(host: Host, options: AuditOptions) -> tuple[int, str]:
 
 def _job(settings: TrainSettings, flags: JobFlags, capacity: tuple[int, str] | None) -> PlanInput:
     spec = model_from_flags(flags)
+    notes: list[str] = []
+    if flags.model:
+        notes.append(model_substitution(flags.model) or "")
     if capacity is None:
         if flags.gpu and flags.gpu_memory:
             raise TrainError("pass one of --gpu and --gpu-memory, not both")
@@ -121,6 +126,7 @@ def _job(settings: TrainSettings, flags: JobFlags, capacity: tuple[int, str] | N
         else:
             g = gpu_named(flags.gpu or settings.gpu)
             capacity = (g.bytes, f"{g.name}: {g.model}, {g.memory_mib} MiB" + ("" if flags.gpu else " (train.gpu)"))
+            notes.append(gpu_substitution(flags.gpu or settings.gpu) or "")
     return PlanInput(
         model=spec,
         capacity_bytes=capacity[0],
@@ -142,6 +148,7 @@ def _job(settings: TrainSettings, flags: JobFlags, capacity: tuple[int, str] | N
         cuda_context_bytes=settings.cuda_context_mib * MiB,
         allocator_overhead=settings.allocator_overhead,
         headroom=settings.headroom,
+        notes=tuple(n for n in notes if n),
     ).checked()
 
 

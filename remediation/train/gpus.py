@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from remediation.core import skus
 from remediation.train.errors import TrainError
 
-__all__ = ["GPUS", "GpuCapacity", "gpu", "parse_size"]
+__all__ = ["GPUS", "GpuCapacity", "gpu", "parse_size", "substitution"]
 
 MiB = 1024**2
 
@@ -71,14 +71,32 @@ def gpu(name: str) -> GpuCapacity:
     return hit
 
 
-_UNITS = {"": 1, "b": 1, "k": 1000, "kb": 1000, "kib": 1024, "m": 1000**2, "mb": 1000**2, "mib": 1024**2,
-          "g": 1000**3, "gb": 1000**3, "gib": 1024**3, "t": 1000**4, "tb": 1000**4, "tib": 1024**4}
+def substitution(name: str) -> str | None:
+    """A note when ``name`` stands for one of several GPUs and was read as one of them (``A100`` -> A100-80GB)."""
+    key = _key(name)
+    alias = next((c for a, c in _ALIASES.items() if _key(a) == key), None)
+    if alias is None or key in (_key(alias), _key(GPUS[alias].model)):
+        return None
+    g = GPUS[alias]
+    others = ", ".join(n for n in GPUS if n != g.name and _key(n).startswith(key))
+    return f"--gpu {name} is planned as {g.name} ({g.memory_mib} MiB)" + (
+        f"; name the exact model ({others}) if yours differs" if others else ""
+    )
+
+
+_UNITS = {"b": 1, "k": 1000, "kb": 1000, "kib": 1024, "ki": 1024, "m": 1000**2, "mb": 1000**2, "mib": 1024**2,
+          "mi": 1024**2, "g": 1000**3, "gb": 1000**3, "gib": 1024**3, "gi": 1024**3, "t": 1000**4, "tb": 1000**4,
+          "tib": 1024**4, "ti": 1024**4}
 
 
 def parse_size(text: str, flag: str = "--gpu-memory") -> int:
-    """``80GiB``, ``80 GB``, ``81920MiB``, ``85899345920`` -> bytes (GB = 10^9, GiB = 2^30)."""
+    """``80GiB``, ``80 GB``, ``80G``, ``81920MiB`` -> bytes (GB and G = 10^9, GiB and Gi = 2^30).
+
+    A bare number is refused: ``80`` is far more often meant as GB than as 80 bytes."""
     m = re.fullmatch(r"\s*([0-9]+(?:\.[0-9]+)?)\s*([a-zA-Z]*)\s*", text)
     unit = m.group(2).lower() if m else ""
+    if m is not None and not unit:
+        raise TrainError(f"{flag} {text.strip()}: give a unit, e.g. {m.group(1)}GB (or {m.group(1)}GiB)")
     if m is None or unit not in _UNITS:
         raise TrainError(f"{flag} {text!r} is not a size; write it like 80GiB, 48GB or 24564MiB")
     value = int(float(m.group(1)) * _UNITS[unit])

@@ -36,6 +36,7 @@ __all__ = [
     "lora_params",
     "spec_from_config",
     "spec_from_params",
+    "substitution",
 ]
 
 #: Activation families (how a layer's saved tensors are counted, see :mod:`remediation.train.plan`).
@@ -364,6 +365,23 @@ _ALIASES = {
     "gemma-2b": "gemma-2b",
     "gemma-7b": "gemma-7b",
 }
+
+
+#: Names the table reads as another model of the same shapes (what differs, for the note).
+_SUBSTITUTED = {
+    "llama-3.1-8b": "same layers and parameter count, but 8192 positions here, not Llama-3.1's 131072",
+    "llama-3.1-70b": "same layers and parameter count, but 8192 positions here, not Llama-3.1's 131072",
+}
+
+
+def substitution(name: str) -> str | None:
+    """A note when ``--model name`` is planned as a built-in model of another name (Llama-3.1-8B -> Llama-3-8B)."""
+    key = name.strip().lower().rsplit("/", 1)[-1]
+    spec = builtin(name)
+    if re.sub(r"-hf$", "", key) == spec.name.lower():
+        return None
+    why = _SUBSTITUTED.get(re.sub(r"-(instruct|chat|hf)$", "", key))
+    return f"--model {name} is planned as the built-in {spec.name}" + (f" ({why})" if why else "")
 
 
 def builtin(name: str) -> ModelSpec:

@@ -383,12 +383,18 @@ def other_processes(m: OomMessage) -> list[Finding]:
     ]
 
 
-def _states_too_big(m: OomMessage, plan: Plan) -> int | None:
-    """The GPU's capacity when the planned model states alone (with the CUDA context) exceed it, else None."""
+def _states_too_big(m: OomMessage, plan: Plan) -> tuple[int, Plan] | None:
+    """(the GPU's capacity, the job at a single token) when what no batch or sequence setting changes does not fit:
+    the planned model states (parameters, gradients, optimizer states) with the optimizer step's temporaries, the
+    allocator's reserve and the CUDA context, at batch 1 and one token with gradient checkpointing (the planner's
+    floor, as ``train.plan`` reports it). Else None."""
+    from remediation.train.plan import single_token_floor
+
     cap = m.total or plan.capacity
-    if cap is not None and plan.model_states + plan.breakdown["cuda_context"] > cap:
-        return cap
-    return None
+    if cap is None:
+        return None
+    floor = single_token_floor(plan.input)
+    return (cap, floor) if floor.peak_bytes > cap else None
 
 
 def activations(report: OomReport, m: OomMessage, plan: Plan | None) -> list[Finding]:
@@ -434,19 +440,24 @@ def activations(report: OomReport, m: OomMessage, plan: Plan | None) -> list[Fin
 
 
 def model_states(m: OomMessage, plan: Plan | None) -> list[Finding]:
-    """TRAIN-OOM-005: the planned model states alone do not fit the GPU."""
+    """TRAIN-OOM-005: the planned model states (with the optimizer step's temporaries) do not fit the GPU at any
+    batch or sequence length."""
     if plan is None:
         return []
-    cap = _states_too_big(m, plan)
-    if cap is None:
+    too_big = _states_too_big(m, plan)
+    if too_big is None:
         return []
+    cap, floor = too_big
     b = plan.breakdown
+    step = plan.transients["optimizer_step"]
     return [
         make_finding(
             "TRAIN-OOM-005",
-            f"model states alone need {_fmt(plan.model_states)} (parameters {_fmt(b['parameters'])}, gradients "
-            f"{_fmt(b['gradients'])}, optimizer states {_fmt(b['optimizer_states'])}, {plan.input.regime}) on a "
-            f"{_fmt(cap)} GPU: use LoRA/QLoRA, ZeRO across GPUs or a bigger GPU",
+            f"model states need {_fmt(plan.model_states)} (parameters {_fmt(b['parameters'])}, gradients "
+            f"{_fmt(b['gradients'])}, optimizer states {_fmt(b['optimizer_states'])}, {plan.input.regime})"
+            + (f", the optimizer step {_fmt(step)} more" if step else "")
+            + f": {_fmt(floor.peak_bytes)} at batch 1 with one token, on a {_fmt(cap)} GPU; no batch or sequence "
+            "length fits: use LoRA/QLoRA, ZeRO across GPUs or a bigger GPU",
             m.evidence,
         )
     ]

@@ -67,8 +67,10 @@ __all__ = [
     "PlanInput",
     "Recommendation",
     "RegimeBytes",
+    "load_note",
     "plan",
     "recommend",
+    "single_token_floor",
 ]
 
 GiB = 1024**3
@@ -154,6 +156,7 @@ class PlanInput:
     cuda_context_bytes: int = 768 * 1024**2
     allocator_overhead: float = 0.08
     headroom: float = 0.05
+    notes: tuple[str, ...] = ()  # what the input's reading changed (a GPU or model name read as another), shown first
 
     def checked(self) -> PlanInput:
         """This input with names normalised; raises :class:`TrainError` naming the first bad flag."""
@@ -167,6 +170,11 @@ class PlanInput:
                 raise TrainError(f"{flag} {value} must be at least 1")
         if self.zero_stage not in (0, 1, 2, 3):
             raise TrainError(f"--zero-stage {self.zero_stage} must be 0, 1, 2 or 3")
+        if self.zero_stage and self.gpus < 2:
+            raise TrainError(
+                f"--zero-stage {self.zero_stage} shards across GPUs: give --gpus N (2 or more); on one GPU it shards "
+                "nothing"
+            )
         if self.capacity_bytes is not None and self.capacity_bytes <= 0:
             raise TrainError("the GPU memory must be more than 0 bytes")
         if not 0 <= self.lora_dropout < 1:
@@ -340,7 +348,10 @@ def plan(p: PlanInput) -> Plan:
     total = spec.params
     n = p.gpus
     z = p.zero_stage
-    notes: list[str] = []
+    notes: list[str] = list(p.notes)
+    loading = load_note(p)
+    if loading:
+        notes.append(loading)
     if p.method == "full":
         trainable = total
         tensors = spec.param_tensors
@@ -419,6 +430,23 @@ def plan(p: PlanInput) -> Plan:
         peak_bytes=peak_alloc + overhead + p.cuda_context_bytes,
         notes=tuple(notes),
     )
+
+
+def load_note(p: PlanInput) -> str | None:
+    """How the weights must be loaded for the regime's bytes to hold (None where the default load is right)."""
+    if p.method == "qlora" or p.regime not in ("bf16", "bf16-fp32-states"):
+        return None
+    return (
+        f"regime {p.regime}: load the weights in bf16, AutoModelForCausalLM.from_pretrained(MODEL_ID, "
+        "torch_dtype=torch.bfloat16) (dtype= in transformers 4.56+); loaded in fp32, bf16=True only autocasts "
+        "(--regime amp, 16+2 bytes per parameter)"
+    )
+
+
+def single_token_floor(p: PlanInput) -> Plan:
+    """The job at batch 1, one token, gradient checkpointing on: what no batch or sequence setting can go below
+    (weights, gradients, optimizer states, the optimizer step's temporaries, the allocator's reserve, the context)."""
+    return plan(replace(p, batch=1, grad_accum=1, seq_len=1, grad_checkpointing=True))
 
 
 # --- recommendations ------------------------------------------------------------------------------------------
@@ -536,7 +564,7 @@ def recommend(p: PlanInput) -> Recommendation:
         return result(p, max(b, p.batch), True)
 
     ladder: list[tuple[str, PlanInput]] = []
-    floor = plan(replace(p, batch=1, grad_accum=1, seq_len=1, grad_checkpointing=True))
+    floor = single_token_floor(p)
     if not floor.comfortable:
         steps.append(
             f"{p.method} fine-tuning needs {floor.peak_bytes / 1e9:,.1f} GB with a single token per step (weights, "

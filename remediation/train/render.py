@@ -9,7 +9,7 @@ from remediation.train.plan import REGIMES, Plan, Recommendation
 if TYPE_CHECKING:
     from rich.console import Console
 
-__all__ = ["lora_config_snippet", "plan_to_dict", "print_plan", "training_arguments_snippet"]
+__all__ = ["lora_config_snippet", "model_loading_snippet", "plan_to_dict", "print_plan", "training_arguments_snippet"]
 
 GB = 1000**3
 GiB = 1024**3
@@ -57,6 +57,22 @@ def training_arguments_snippet(rec: Recommendation) -> str:
         "tokenizer(..., truncation=True, max_length=max_seq_length)"
     )
     return text
+
+
+def model_loading_snippet(rec: Recommendation) -> str:
+    """How to load the model so that its weights take the bytes the plan counts (MODEL_ID: the user's Hub id)."""
+    p = rec.plan.input
+    if rec.method == "qlora":
+        how = "quantization_config=bnb_config"
+        why = "NF4 base; prepare_model_for_kbit_training(model) before get_peft_model"
+    elif p.regime in ("bf16", "bf16-fp32-states", "mixed"):
+        how = "torch_dtype=torch.bfloat16"
+        why = f"--regime {p.regime}: weights in bf16 (dtype= in transformers 4.56+)"
+    else:
+        how = "torch_dtype=torch.float32"
+        why = f"--regime {p.regime}: weights in fp32"
+    return (f"# {why}\n# MODEL_ID: your Hub id or local path of {p.model.name}\n"
+            f"model = AutoModelForCausalLM.from_pretrained(MODEL_ID, {how})")
 
 
 def lora_config_snippet(rec: Recommendation) -> str | None:
@@ -129,6 +145,7 @@ def plan_to_dict(result: Plan, rec: Recommendation) -> dict[str, Any]:
         "notes": list(result.notes),
         "recommendation": {
             **rec.to_dict(),
+            "model_loading": model_loading_snippet(rec),
             "training_arguments": training_arguments_snippet(rec),
             "lora_config": lora_config_snippet(rec),
         },
@@ -202,6 +219,7 @@ def print_plan(console: Console, result: Plan, rec: Recommendation) -> None:
                   f"{rec.max_seq_length_ceiling if rec.max_seq_length_ceiling is not None else '-'} tokens)")
     for step in rec.steps:
         console.print(f"  - {step}", highlight=False)
+    console.print(Syntax(model_loading_snippet(rec), "python", theme="ansi_dark", background_color="default"))
     console.print(Syntax(training_arguments_snippet(rec), "python", theme="ansi_dark", background_color="default"))
     lora = lora_config_snippet(rec)
     if lora:

@@ -8,7 +8,8 @@ from remediation.core.findings import Scenario, Severity
 __all__ = ["ENTRIES"]
 
 _SYMPTOMS = (
-    "A fine-tuning job starts well, runs 10-30 minutes, then crashes: `RuntimeError: CUDA out of memory. Tried to "
+    "Your OOM's numbers are in the finding above. Typical (the runbook's example, not read from your text): a "
+    "fine-tuning job starts well, runs 10-30 minutes, then crashes: `RuntimeError: CUDA out of memory. Tried to "
     "allocate 2.00 GiB (GPU 0; 79.15 GiB total capacity; 77.42 GiB already allocated; 1.08 GiB free; 78.50 GiB "
     'reserved in total by PyTorch)`. "But it worked for the first 500 steps."'
 )
@@ -21,13 +22,16 @@ _DIAGNOSIS = (
     "activations)"
 )
 _ROOT_CAUSE = (
-    "Batch size 8. Early in training, short sequences in the dataset made small activation tensors. When the data "
-    "loader reached longer sequences, activation memory grew past what was left on the GPU. The OOM did not happen "
-    "at step 1 because the first batches fit."
+    "Activation memory grows with batch x sequence length: a job whose first batches fit runs out when the data "
+    "loader reaches longer sequences (the finding above says which cause your numbers point at; with --model etc. "
+    "it uses your own settings). Example (the runbook's incident, not read from your text): batch size 8; early in "
+    "training short sequences made small activation tensors, later longer ones grew activation memory past what was "
+    "left on the GPU, so the OOM did not come at step 1."
 )
 _RESOLUTION = (
-    "- Immediate: lower the batch and keep the effective batch with accumulation: `TrainingArguments("
-    "per_device_train_batch_size=2, gradient_accumulation_steps=4)` (effective batch 8)\n"
+    "- Immediate: lower the batch and keep the effective batch with accumulation, e.g. for the example's batch 8: "
+    "`TrainingArguments(per_device_train_batch_size=2, gradient_accumulation_steps=4)` (effective batch 8; "
+    "`invoke train.plan` gives the values for your job)\n"
     "- Better: gradient checkpointing, `model.gradient_checkpointing_enable()` (20-30% slower, 60-80% less "
     "activation memory)\n"
     "- Bigger models: LoRA, `get_peft_model(model, LoraConfig(r=16, lora_alpha=32, target_modules=['q_proj', "
