@@ -1,7 +1,10 @@
 """Prometheus alerting rules for GPU workloads, built as data and serialised (``invoke k8s.alerts``).
 
 - DCGM exporter: GPU temperature above the runbook's 78 °C (``DCGM_FI_DEV_GPU_TEMP``, S5), Xid errors
-  (``DCGM_FI_DEV_XID_ERRORS``: the gauge holds the last Xid code, non-zero means an Xid was logged).
+  (``DCGM_FI_DEV_XID_ERRORS``: the gauge holds the last Xid code, non-zero means an Xid was logged), split by the
+  project's Xid table (:mod:`remediation.core.catalog.xid`): ``GpuXidError`` pages (critical) on the hardware/driver
+  Xids of ``XID_CRITICAL``; ``GpuXidErrorApplication`` warns on every other code, the application class (13, 31,
+  43) among them. Both are finding GPU-HW-005, whose severity the same table sets.
 - kube-state-metrics: pods that request GPUs (``kube_pod_container_resource_requests{resource="nvidia_com_gpu"}``;
   kube-state-metrics writes ``nvidia.com/gpu`` that way) Pending longer than N minutes (S3), and the same pods
   marked unschedulable by the scheduler.
@@ -19,6 +22,7 @@ from typing import Any
 
 import yaml
 
+from remediation.core.catalog.xid import XID_APPLICATION, XID_CRITICAL
 from remediation.core.errors import TemplateError
 
 __all__ = ["FORMATS", "check_rules", "render_rules", "rule_groups"]
@@ -29,6 +33,20 @@ FORMATS = ("rules", "prometheusrule")
 def _ksm_resource(resource: str) -> str:
     """kube-state-metrics' label value for a resource name (``nvidia.com/gpu`` -> ``nvidia_com_gpu``)."""
     return re.sub(r"[^a-zA-Z0-9_]", "_", resource)
+
+
+def _codes(codes: frozenset[int]) -> str:
+    return ", ".join(str(c) for c in sorted(codes))
+
+
+def _xid_expr(critical: frozenset[int], *, exclude: bool = False) -> str:
+    """The Xid rule's PromQL. ``DCGM_FI_DEV_XID_ERRORS`` holds the last Xid code, so the class is a match on the
+    value: a code of the project's critical table (``critical``), or (``exclude``) any other non-zero code. A
+    10-minute subquery keeps an Xid that a later one replaced within the window."""
+    metric = "DCGM_FI_DEV_XID_ERRORS"
+    match = " or ".join(f"{metric} == {code}" for code in sorted(critical))
+    selected = f"({metric} > 0 unless ({match}))" if exclude else f"({match})"
+    return f"max by (Hostname, gpu, UUID) (max_over_time({selected}[10m:1m]))"
 
 
 def rule_groups(
@@ -55,13 +73,27 @@ def rule_groups(
                 },
                 {
                     "alert": "GpuXidError",
-                    "expr": "max by (Hostname, gpu, UUID) (max_over_time(DCGM_FI_DEV_XID_ERRORS[10m])) > 0",
+                    "expr": _xid_expr(XID_CRITICAL),
                     "for": "0m",
                     "labels": {"severity": "critical", "scenario": "S1", "finding": "GPU-HW-005"},
                     "annotations": {
                         "summary": "Xid {{ $value }} on GPU {{ $labels.gpu }} of {{ $labels.Hostname }}",
-                        "description": "The NVIDIA driver logged an Xid error: drain the node's GPU work and run "
-                        "invoke diagnose on its kernel log (dmesg | grep NVRM).",
+                        "description": "The NVIDIA driver logged a hardware/driver-class Xid (ECC, row remapping, "
+                        "NVLink, fallen off the bus, GSP): drain the node's GPU work and run invoke diagnose on "
+                        "its kernel log (dmesg | grep NVRM).",
+                    },
+                },
+                {
+                    "alert": "GpuXidErrorApplication",
+                    "expr": _xid_expr(XID_CRITICAL, exclude=True),
+                    "for": "0m",
+                    "labels": {"severity": "warning", "scenario": "S1", "finding": "GPU-HW-005"},
+                    "annotations": {
+                        "summary": "Xid {{ $value }} on GPU {{ $labels.gpu }} of {{ $labels.Hostname }}",
+                        "description": f"An Xid outside the hardware/driver class, e.g. {_codes(XID_APPLICATION)} "
+                        "(NVIDIA: usually the user application): check the workload on that GPU first (its logs "
+                        "and CUDA errors); drain only when the Xid repeats across several workloads. invoke "
+                        "diagnose on the kernel log (dmesg | grep NVRM) names the process.",
                     },
                 },
             ],

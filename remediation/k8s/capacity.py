@@ -25,7 +25,10 @@ __all__ = [
     "NodePool",
     "QuotaUsage",
     "advise",
+    "nodepool_update",
+    "placeholder",
     "pools_from_dict",
+    "quota_words",
     "usages_from_dict",
     "vm_family",
     "vm_vcpus",
@@ -75,6 +78,54 @@ class CapacityAdvice:
     raise_: tuple[str, ...]  # "max_count", "quota" (both can be needed); () = neither is the limit
     lines: tuple[str, ...]
     commands: tuple[str, ...]
+    # The quotas that have no room, each with its line: the family, "cores" (the regional vCPU total) or
+    # "lowPriorityCores" (Spot); empty when no quota binds. K8S-PEND-008 and the report name exactly these.
+    binding: tuple[tuple[str, str], ...] = ()
+    # ``az aks nodepool update`` that lets the pool grow (None: the pool is not at its limit or not known)
+    pool_command: str | None = None
+
+    def quota_names(self) -> str:
+        """The binding quotas in words: ``the regional vCPU total (cores)``, ``family F's vCPU quota``."""
+        return " and ".join(quota_words(name) for name, _line in self.binding)
+
+
+def quota_words(name: str) -> str:
+    """A quota's name as on-call reads it."""
+    if name == REGIONAL_VCPUS:
+        return f"the regional vCPU total ({REGIONAL_VCPUS})"
+    if name == LOW_PRIORITY_VCPUS:
+        return f"the regional low-priority (Spot) vCPU quota ({LOW_PRIORITY_VCPUS})"
+    return f"the {name} family vCPU quota"
+
+
+#: What the caller passes when it does not know a value (the task's defaults): printed as a marked placeholder.
+_UNKNOWN = frozenset({"", "CLUSTER", "RESOURCE_GROUP", "LOCATION"})
+
+
+def placeholder(value: str | None, name: str) -> str:
+    """``value``, or ``<name>`` when it is not known (empty or one of the tasks' placeholder defaults)."""
+    return f"<{name}>" if value is None or value.strip() in _UNKNOWN else value
+
+
+def nodepool_update(
+    resource_group: str | None,
+    cluster: str | None,
+    pool: str | None,
+    min_count: int | None,
+    max_count: int | None,
+    *,
+    enable: bool = False,
+) -> str:
+    """``az aks nodepool update`` that sets the pool's autoscaler bounds: every argument it needs, with the values
+    known and ``<marked>`` placeholders for the rest (az requires both --min-count and --max-count)."""
+    flag = "--enable-cluster-autoscaler" if enable else "--update-cluster-autoscaler"
+    low = str(min_count) if min_count is not None else "<min-count>"
+    high = str(max_count) if max_count is not None else "<new-max-count>"
+    return (
+        f"az aks nodepool update -g {placeholder(resource_group, 'resource-group')} "
+        f"--cluster-name {placeholder(cluster, 'cluster')} -n {placeholder(pool, 'pool')} {flag} "
+        f"--min-count {low} --max-count {high}"
+    )
 
 
 def _pool_of(pools: Sequence[NodePool], name: str | None, gpu: bool) -> NodePool | None:
@@ -97,9 +148,9 @@ def advise(
     gpus_wanted: int,
     gpus_per_node: int | None,
     vm_size: str | None = None,
-    cluster: str = "CLUSTER",
-    resource_group: str = "RESOURCE_GROUP",
-    location: str = "LOCATION",
+    cluster: str = "",
+    resource_group: str = "",
+    location: str = "",
 ) -> CapacityAdvice:
     """What to raise so the pool can add the nodes a pod needs: the pool's ``maxCount``, the family quota, both.
 
@@ -109,23 +160,37 @@ def advise(
 
     ``pool``: the pool the pod belongs on (from its candidate nodes); with no such node (a pool scaled to zero) the
     only GPU pool of ``pools`` is taken. Nodes needed: ``ceil(gpus_wanted / gpus_per_node)``, at least 1.
+
+    A regular pool's growth must fit both its family's quota and the regional vCPU total (``cores``); ``binding``
+    names the one(s) without room, so a full regional total is never told "raise the family quota".
+    ``cluster``, ``resource_group``, ``location`` unknown (empty): the commands carry ``<cluster>``-style
+    placeholders.
     """
+    where = placeholder(location, "location")
     chosen = _pool_of(pools, pool, gpus_wanted > 0)
     size = chosen.vm_size if chosen is not None and chosen.vm_size else vm_size
     nodes = max(1, math.ceil(gpus_wanted / gpus_per_node)) if gpus_per_node and gpus_wanted else 1
     lines: list[str] = []
     raise_: list[str] = []
-    commands = [f"invoke aks.pools --cluster {cluster} --resource-group {resource_group}"]
+    commands = [
+        f"invoke aks.pools --cluster {placeholder(cluster, 'cluster')} "
+        f"--resource-group {placeholder(resource_group, 'resource-group')}"
+    ]
+    binding: list[tuple[str, str]] = []
+    pool_command: str | None = None
     at_max: bool | None = None
     if chosen is not None:
         at_max = chosen.at_max or not chosen.autoscaling
         limits = f"count {chosen.count}, min {chosen.min_count}, max {chosen.max_count}"
+        grown = max(chosen.count, chosen.max_count or 0) + nodes
         if not chosen.autoscaling:
             lines.append(f"pool {chosen.name} ({size}): autoscaling is off ({limits}): the autoscaler adds no node")
             raise_.append("max_count")
+            pool_command = nodepool_update(resource_group, cluster, chosen.name, chosen.min_count, grown, enable=True)
         elif chosen.max_count is not None and chosen.count >= chosen.max_count:
             lines.append(f"pool {chosen.name} ({size}) is at maxCount ({limits}): raise maxCount")
             raise_.append("max_count")
+            pool_command = nodepool_update(resource_group, cluster, chosen.name, chosen.min_count, grown)
         else:
             lines.append(f"pool {chosen.name} ({size}) can grow ({limits})")
     elif pools:
@@ -142,29 +207,42 @@ def advise(
         what = f"Spot pool: low-priority quota {usage.name}" if spot else f"family {usage.name} quota"
         current, limit = usage.current, usage.limit
         if usage.current + needed > usage.limit:
-            lines.append(
+            line = (
                 f"{what}: {usage.current} of {usage.limit} vCPUs used; {nodes} more {size} "
                 f"node(s) need {needed}: raise the limit to at least {usage.current + needed}"
             )
-            raise_.append("quota")
-            if spot:
-                commands.append(f"invoke quota.request --location {location} --family {LOW_PRIORITY_VCPUS}"
-                                f" --limit {usage.current + needed}")
+            lines.append(line)
+            binding.append((usage.name, line))
         else:
             lines.append(f"{what}: {usage.current} of {usage.limit} vCPUs used, {needed} needed: fits")
     elif family and usages:
         lines.append(f"no usage entry for {'the Spot quota' if spot else 'family'} {family} in the usages file")
-    if regional is not None and needed is not None and regional.current + needed > regional.limit:
-        lines.append(
-            f"total regional vCPUs: {regional.current} of {regional.limit} used, {needed} needed: raise it too"
-        )
-        if "quota" not in raise_:
-            raise_.append("quota")
+    if regional is not None and needed is not None:
+        if regional.current + needed > regional.limit:
+            line = (
+                f"regional vCPU total ({REGIONAL_VCPUS}): {regional.current} of {regional.limit} vCPUs used, "
+                f"{needed} needed: raise it to at least {regional.current + needed}"
+                + (" too" if binding else "" if usage is None else " (the family has room: this total is the limit)")
+            )
+            lines.append(line)
+            binding.append((REGIONAL_VCPUS, line))
+        else:
+            lines.append(
+                f"regional vCPU total ({REGIONAL_VCPUS}): {regional.current} of {regional.limit} vCPUs used, "
+                f"{needed} needed: fits"
+            )
     if size:  # --spot: quota.plan weighs the nodes against lowPriorityCores alone, not family + cores
-        commands.append(f"invoke quota.plan --location {location} --vm-size {size} --nodes {nodes}"
+        commands.append(f"invoke quota.plan --location {where} --vm-size {size} --nodes {nodes}"
                         + (" --spot" if spot else ""))
     elif spot:
-        commands.append(f"invoke quota.show --location {location} --family {LOW_PRIORITY_VCPUS}")
+        commands.append(f"invoke quota.show --location {where} --family {LOW_PRIORITY_VCPUS}")
+    if binding:
+        raise_.append("quota")
+        for name, _line in binding:  # the request for exactly the quota(s) without room, after the plan
+            row = usage if usage is not None and usage.name == name else regional
+            if row is not None and needed is not None:
+                request = row.current + needed
+                commands.append(f"invoke quota.request --location {where} --family {name} --limit {request}")
     if not raise_ and chosen is not None and usage is not None:
         lines.append(
             "neither maxCount nor the quota is the limit: look at the cluster autoscaler's events "
@@ -182,4 +260,6 @@ def advise(
         raise_=tuple(raise_),
         lines=tuple(lines),
         commands=tuple(commands),
+        binding=tuple(binding),
+        pool_command=pool_command,
     )

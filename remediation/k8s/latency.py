@@ -42,7 +42,7 @@ from remediation.k8s.modelload import parse as parse_load
 from remediation.k8s.objects import Container, Event, Node, Pod
 from remediation.k8s.snapshot import Snapshot
 
-__all__ = ["LatencyDiagnosis", "cpu_throttling", "diagnose_latency", "load_findings"]
+__all__ = ["LatencyDiagnosis", "cpu_throttling", "diagnose_latency", "load_findings", "merge_values"]
 
 #: The endpoint each server answers 200 on only once its model is loaded.
 READY_PATHS = {
@@ -58,6 +58,28 @@ def _values(doc: Mapping[str, Any]) -> str:
     return yaml.safe_dump(dict(doc), sort_keys=False, default_flow_style=False)
 
 
+def _merge(into: dict[str, Any], doc: Mapping[str, Any]) -> None:
+    for key, value in doc.items():
+        old = into.get(key)
+        if isinstance(old, dict) and isinstance(value, Mapping):
+            _merge(old, value)
+        elif isinstance(old, int | float) and isinstance(value, int | float) and not isinstance(value, bool):
+            into[key] = max(old, value)  # two fixes sizing the same budget: the larger covers both
+        else:
+            into[key] = dict(value) if isinstance(value, Mapping) else value
+
+
+def merge_values(fixes: Sequence[tuple[str, str]]) -> str:
+    """The fixes' template values as ONE values document: each key once (``startup:`` from K8S-LAT-003, -004 and
+    -006 is one block), nested keys merged, the larger of two numbers kept. Empty when there are no fixes."""
+    merged: dict[str, Any] = {}
+    for _fid, text in fixes:
+        doc = yaml.safe_load(text)
+        if isinstance(doc, Mapping):
+            _merge(merged, doc)
+    return _values(merged) if merged else ""
+
+
 def load_findings(load: ModelLoad, slow_load_s: float = 60.0) -> list[Finding]:
     """K8S-LAT-003: a model load at or above ``slow_load_s`` seconds (also the ``model-load`` diagnose kind's rule)."""
     if load.load_seconds is None or load.load_seconds < slow_load_s:
@@ -67,8 +89,9 @@ def load_findings(load: ModelLoad, slow_load_s: float = 60.0) -> list[Finding]:
     return [
         make_finding(
             "K8S-LAT-003",
-            f"{server} loads{model} in {load.load_seconds:.1f} s: every (re)start is a {load.load_seconds:.0f} s "
-            "latency hole",
+            f"{server} loads{model} in {load.load_seconds:.1f} s"
+            + (f" ({load.parts()})" if load.parts() else "")
+            + f": every (re)start is a {load.load_seconds:.0f} s latency hole",
             load.evidence[-5:],
         )
     ]
@@ -277,7 +300,8 @@ class _Case:
     load: ModelLoad | None
     max_load: int  # the startup budget a fix sets: 1.5 x the measured load, in whole minutes, at least 300 s
     restarts: list[Restart]
-    probe_kills: list[Event]  # liveness-probe kills seen in the events
+    probe_kills: list[Event]  # the kubelet's Killing events: "Container X failed liveness probe, will be restarted"
+    probe_failures: list[Event]  # its Unhealthy events: "Liveness probe failed: ..." (failures, not kills)
     disruptions: list[Disruption]
     facts_doc: Any
     own: float | None  # the pod's CFS throttled share
@@ -340,10 +364,19 @@ def _other_restarts(case: _Case) -> _Outcome:
         for r in other
     ]
     if case.probe_kills:
-        parts.append(f"liveness probe killed it {sum(e.count for e in case.probe_kills)}x")
+        # A kill is one Killing event (its count when the kubelet aggregated them); the Unhealthy events before it
+        # are the probe's failures (failureThreshold of them per kill), never added to the kills. Events expire
+        # (1 h by default), restartCount does not: it is shown beside the kills, not added to them.
+        kills = sum(max(1, e.count) for e in case.probe_kills)
+        restarts = sum(r.count for r in case.restarts)
+        parts.append(
+            f"liveness probe killed it {kills}x" + (f" (restartCount {restarts})" if restarts else "")
+        )
+    failures = sum(max(1, e.count) for e in case.probe_failures)
     evidence = [
         *(f"{r.container}: restartCount {r.count}, last {r.reason} exit {r.exit_code}" for r in other),
-        *(f"{e.reason}: {e.message}" for e in case.probe_kills),
+        *(f"{e.reason} (x{max(1, e.count)}): {e.message}" for e in case.probe_kills),
+        *([f"liveness probe failures (Unhealthy events): {failures}"] if failures else []),
     ]
     finding = make_finding("K8S-LAT-006", "; ".join(parts), evidence)
     return _Outcome([finding], [("K8S-LAT-006", _values({"startup": {"maxLoadSeconds": case.max_load}}))])
@@ -515,11 +548,9 @@ def diagnose_latency(
     load_s = load.load_seconds if load is not None else None
     max_load = max(300, math.ceil((load_s or 0) * 1.5 / 60) * 60)
     restarts = _restarts(pod)
-    probe_kills = [
-        e
-        for e in snapshot.events
-        if _related(pod, e) and e.reason in ("Unhealthy", "Killing") and "liveness" in e.message.lower()
-    ]
+    own = [e for e in snapshot.events if e.kind in ("Pod", "") and e.name == pod.name]  # this pod, not its siblings
+    probe_kills = [e for e in own if e.reason == "Killing" and "liveness" in e.message.lower()]
+    probe_failures = [e for e in own if e.reason == "Unhealthy" and "liveness" in e.message.lower()]
     disruptions = _disruptions(pod, snapshot.events, bool(node and node.spot))
     throttling = cpu_throttling(metrics) if metrics.strip() else {}
     case = _Case(
@@ -532,6 +563,7 @@ def diagnose_latency(
         max_load=max_load,
         restarts=restarts,
         probe_kills=probe_kills,
+        probe_failures=probe_failures,
         disruptions=disruptions,
         facts_doc=facts_doc,
         own=throttling.get(pod.key),

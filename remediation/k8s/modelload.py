@@ -6,8 +6,11 @@ Units matter: vLLM V0's ``Loading model weights took X GB`` is *memory*. Time co
   seconds``; several loads by one worker (a drafter after the main model) add up; each tensor-parallel worker
   (``(Worker_TP0 pid=…)`` prefixes) loads in parallel, so the slowest worker counts. Without a time on the line
   (V0): the difference of the ``Starting to load model`` and ``Loading model weights took`` timestamps; else the
-  elapsed time of the finished safetensors shard bar (``[mm:ss<…]``).
-- TGI: ``Shard ready in N s`` per rank; the slowest rank.
+  elapsed time of the finished safetensors shard bar (``[mm:ss<…]``). Then the CUDA-graph capture that follows the
+  load before the server takes requests (``Graph capturing finished in N secs``, V0 and V1; the slowest worker) is
+  added: it is part of every cold start unless ``--enforce-eager``.
+- TGI: ``Shard ready in N s`` per rank; the slowest rank; plus the weight download before it (the launcher's
+  ``Downloaded /data/.../model-00001-of-00004.safetensors in 0:00:07.`` per file, one file after another: summed).
 - Triton: ``loading: NAME:VERSION`` to ``successfully loaded 'NAME'`` (glog timestamps), the longest model.
 - TorchServe: the worker load metric ``W-<port>-<model>.ms:N`` (milliseconds), the slowest worker.
 - Ollama: ``llama runner started in N seconds``.
@@ -29,9 +32,23 @@ __all__ = ["ModelLoad", "parse", "score"]
 @dataclass(frozen=True)
 class ModelLoad:
     server: str | None  # vllm | tgi | triton | torchserve | ollama | None (not recognised)
-    load_seconds: float | None
+    load_seconds: float | None  # the whole cold start: download + load + CUDA-graph capture, where logged
     model: str | None
     evidence: tuple[str, ...]
+    download_seconds: float | None = None  # TGI's weight download (part of load_seconds)
+    graph_seconds: float | None = None  # vLLM's CUDA-graph capture (part of load_seconds)
+
+    def parts(self) -> str:
+        """``download 139 s + load 47.6 s``: what load_seconds is made of, when it has more than one part."""
+        if self.load_seconds is None or (self.download_seconds is None and self.graph_seconds is None):
+            return ""
+        core = self.load_seconds - (self.download_seconds or 0.0) - (self.graph_seconds or 0.0)
+        items = [
+            *([f"download {self.download_seconds:.0f} s"] if self.download_seconds is not None else []),
+            f"load {core:.1f} s",
+            *([f"CUDA-graph capture {self.graph_seconds:.0f} s"] if self.graph_seconds is not None else []),
+        ]
+        return " + ".join(items)
 
     def facts(self) -> dict[str, object]:
         """The ``invoke diagnose`` facts of kind ``model-load``: exactly ``load_seconds`` and ``server``."""
@@ -47,6 +64,12 @@ _VLLM_START = re.compile(r"Starting to load model\s+(?P<model>\S+?)(?:\.\.\.)?\s
 _VLLM_V0_END = re.compile(r"Loading model weights took\s+[\d.]+\s*GB", _I)
 _SHARD_BAR = re.compile(r"Loading \w+ checkpoint shards:\s*100%.*?\|\s*(?P<n>\d+)/(?P=n)\s*\[(?P<el>[\d:]+)<", _I)
 _TGI = re.compile(r"Shard ready in\s+(?P<s>[\d.]+)\s*(?P<unit>ms|s)\b", _I)
+# TGI's download_weights (server/text_generation_server/utils/hub.py): "Downloaded {file} in {timedelta}." per file
+_TGI_DOWNLOADED = re.compile(
+    r"\bDownloaded\s+\S+\s+in\s+(?:(?P<d>\d+) days?, )?(?P<clock>\d+:\d\d:\d\d(?:\.\d+)?)\.?", _I
+)
+# vLLM V0 model_runner.py / V1 gpu_model_runner.py: "Graph capturing finished in 14 secs[, took 0.53 GiB]"
+_VLLM_GRAPH = re.compile(r"Graph capturing finished in\s+(?P<s>[\d.]+)\s*s(?:ec(?:ond)?s?)?\b", _I)
 _TRITON_TS = re.compile(r"^[IWE](?P<md>\d{4}) (?P<t>\d\d:\d\d:\d\d(?:\.\d+)?)\s+\d+\s+\S+\]")
 _TRITON_START = re.compile(r"\]\s*loading:\s*(?P<model>[^:\s]+)(?::(?P<version>\d+))?", _I)
 _TRITON_END = re.compile(r"successfully loaded '(?P<model>[^']+)'", _I)
@@ -152,6 +175,31 @@ def _vllm(lines: list[str]) -> tuple[float | None, str | None, list[str]]:
     return None, model, evidence
 
 
+def _vllm_graph(lines: list[str]) -> tuple[float | None, list[str]]:
+    """The CUDA-graph capture after the load: the slowest worker's (workers capture in parallel)."""
+    per_worker: dict[str, float] = {}
+    evidence: list[str] = []
+    for line in lines:
+        if (m := _VLLM_GRAPH.search(line)) and (s := _float(m.group("s"))) is not None:
+            w = _WORKER.match(line)
+            worker = w.group("worker") if w else ""
+            per_worker[worker] = per_worker.get(worker, 0.0) + s
+            evidence.append(line.strip())
+    return (max(per_worker.values()) if per_worker else None), evidence
+
+
+def _tgi_download(lines: list[str]) -> tuple[float | None, list[str]]:
+    """TGI's weight download: the files are fetched one after another, so their times add up."""
+    total: float | None = None
+    evidence: list[str] = []
+    for line in lines:
+        if m := _TGI_DOWNLOADED.search(line):
+            days = int(m.group("d")) if m.group("d") else 0
+            total = (total or 0.0) + days * 86400 + _clock(m.group("clock"))
+            evidence.append(line.strip())
+    return total, evidence
+
+
 def _triton_time(md: str, t: str) -> datetime | None:
     try:
         return datetime.strptime(f"2000{md} {t}", "%Y%m%d %H:%M:%S.%f" if "." in t else "%Y%m%d %H:%M:%S")
@@ -192,7 +240,14 @@ def parse(text: str) -> ModelLoad:
     ollama = [(m, line) for line in lines if (m := _OLLAMA.search(line))]
     if tgi:
         values = [(_float(m.group("s")) or 0.0) / (1000 if m.group("unit").lower() == "ms" else 1) for m, _ in tgi]
-        return ModelLoad("tgi", max(values), None, tuple(line.strip() for _, line in tgi))
+        download, fetched = _tgi_download(lines)
+        return ModelLoad(
+            "tgi",
+            max(values) + (download or 0.0),
+            None,
+            (*fetched, *(line.strip() for _, line in tgi)),
+            download_seconds=download,
+        )
     if torchserve:
         values = [int(m.group("ms")) / 1000 for m, _ in torchserve]
         return ModelLoad(
@@ -210,6 +265,9 @@ def parse(text: str) -> ModelLoad:
         return ModelLoad("triton", seconds, model, tuple(evidence))
     if counts["vllm"]:
         seconds, model, evidence = _vllm(lines)
+        graph, captured = _vllm_graph(lines)
+        if seconds is not None and graph is not None:
+            return ModelLoad("vllm", seconds + graph, model, (*evidence, *captured), graph_seconds=graph)
         if seconds is not None or evidence:
             return ModelLoad("vllm", seconds, model, tuple(evidence))
     generic = [(m, line) for line in lines if (m := _GENERIC.search(line))]

@@ -27,12 +27,12 @@ nodes: ``--pod P -n NS`` or ``--snapshot DIR``) and K8S-PEND-004 are both report
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from decimal import Decimal
 from typing import Any
 
 from remediation.core.findings import Finding, make_finding
-from remediation.k8s.capacity import CapacityAdvice, NodePool, QuotaUsage, advise
+from remediation.k8s.capacity import CapacityAdvice, NodePool, QuotaUsage, advise, nodepool_update, placeholder
 from remediation.k8s.evaluator import Failure, NodeResult, evaluate
 from remediation.k8s.objects import Pod, Taint, Toleration, pod_from_dict
 from remediation.k8s.patch import PodFix, apply_patch, build_fix, toleration_for
@@ -240,6 +240,8 @@ class _Context:
     capacity: CapacityAdvice | None
     evaluated: bool
     gpu_resource: str
+    cluster: str = ""
+    resource_group: str = ""
 
 
 def _evidence(ctx: _Context, labels: Sequence[str] = ()) -> list[str]:
@@ -493,27 +495,52 @@ def _rule_pool_max(ctx: _Context) -> list[Finding]:
     if not lines:
         return []
     failure = next((m.scale_up_failure for m in ctx.events.autoscaler() if m.scale_up_failure), None)
+    capacity = ctx.capacity
+    pool = capacity.pool if capacity is not None else None
     if failure is not None and failure.min is not None and failure.target is not None and failure.target < failure.min:
         summary = (
             f"pool {failure.group}: the autoscaler refuses target size {failure.target} outside "
             f"min {failure.min} / max {failure.max}: scale the pool to at least minCount by hand"
         )
-    elif ctx.capacity is not None and ctx.capacity.pool:
-        summary = f"node pool {ctx.capacity.pool} cannot add nodes: raise its maxCount (invoke aks.pools)"
+    elif pool:
+        summary = f"node pool {pool} cannot add nodes: raise its maxCount (invoke aks.pools)"
     else:
         summary = "the cluster autoscaler's node group is at its maximum size: raise the pool's maxCount"
-    return [make_finding("K8S-PEND-007", summary, lines)]
+    # The command with the user's own values where known, <marked> placeholders for the rest.
+    command = (
+        capacity.pool_command
+        if capacity is not None and capacity.pool_command
+        else nodepool_update(ctx.resource_group, ctx.cluster, pool, None, None)
+    )
+    look = (
+        f"invoke aks.pools --cluster {placeholder(ctx.cluster, 'cluster')} "
+        f"--resource-group {placeholder(ctx.resource_group, 'resource-group')}"
+    )
+    finding = make_finding("K8S-PEND-007", summary, lines)
+    remedy = f"raise the pool's maxCount (keep vCPU quota for it): `{command}`; check: `{look}`"
+    return [replace(finding, remedy=remedy)]
 
 
 def _rule_quota(ctx: _Context) -> list[Finding]:
-    """K8S-PEND-008: the vCPU quota the pool draws on (its VM family and the regional total; a Spot pool: the
-    regional low-priority quota, lowPriorityCores) has no room for the pool's next node."""
-    if ctx.capacity is None or "quota" not in ctx.capacity.raise_:
+    """K8S-PEND-008: the vCPU quota the pool draws on has no room for the pool's next node: its VM family's, the
+    regional vCPU total (``cores``), or both; a Spot pool: the regional low-priority quota (lowPriorityCores).
+
+    The summary names exactly the quota(s) that bind (never the family's when only the regional total is full) and
+    the remedy the ``invoke quota.request --family`` of each."""
+    capacity = ctx.capacity
+    if capacity is None or "quota" not in capacity.raise_ or not capacity.binding:
         return []
-    lines = [line for line in ctx.capacity.lines if "quota" in line or "regional" in line]
-    return [
-        make_finding("K8S-PEND-008", lines[0] if lines else "vCPU quota exhausted", [*lines, *ctx.capacity.commands])
-    ]
+    lines = [line for line in capacity.lines if "quota" in line or "regional" in line]
+    summary = "no vCPU quota for the next node: " + "; ".join(line for _name, line in capacity.binding)
+    requests = [c for c in capacity.commands if c.startswith("invoke quota.request")]
+    plan = [c for c in capacity.commands if c.startswith("invoke quota.plan")]
+    remedy = (
+        f"raise {capacity.quota_names()}: "
+        + "; ".join(f"`{c}`" for c in requests)
+        + (f" (weigh it first: `{plan[0]}`)" if plan else "")
+    )
+    finding = make_finding("K8S-PEND-008", summary, [*lines, *capacity.commands])
+    return [replace(finding, remedy=remedy)]
 
 
 def _rule_autoscaler(ctx: _Context) -> list[Finding]:
@@ -559,8 +586,8 @@ def diagnose_pending(
     usages: Sequence[QuotaUsage] = (),
     *,
     gpu_resource: str = "nvidia.com/gpu",
-    cluster: str = "CLUSTER",
-    resource_group: str = "RESOURCE_GROUP",
+    cluster: str = "",
+    resource_group: str = "",
     location: str = "",
     source: str = "--events",
 ) -> PendingDiagnosis:
@@ -647,7 +674,7 @@ def diagnose_pending(
         node = best.result.node if best is not None else None
         offers = node is not None and node.allocatable.get(gpu_resource, Decimal(0)) > 0
         per_node = int(node.allocatable.get(gpu_resource, Decimal(0))) if node is not None and offers else None
-        region = location or (node.region if node is not None else "") or "LOCATION"
+        region = location or (node.region if node is not None else "")
         if pools or usages or gpus or (message is not None and message.count("insufficient_gpu")):
             capacity = advise(
                 pools,
@@ -661,7 +688,19 @@ def diagnose_pending(
                 location=region,
             )
     ctx = _Context(
-        pod, events, message, verdict, best, state_nodes, fix, scheduled_on, capacity, evaluated, gpu_resource
+        pod,
+        events,
+        message,
+        verdict,
+        best,
+        state_nodes,
+        fix,
+        scheduled_on,
+        capacity,
+        evaluated,
+        gpu_resource,
+        cluster,
+        resource_group,
     )
     findings = [f for rule in _RULES for f in rule(ctx)]
     return PendingDiagnosis(

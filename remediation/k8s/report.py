@@ -75,11 +75,10 @@ def print_pending(d: PendingDiagnosis, console: Console) -> None:
             _plain(console, f"  {line}")
     if d.capacity is not None:
         _plain(console)
+        # the quota(s) that bind, by name: the family's, the regional total (cores) or lowPriorityCores (Spot)
+        names = {"max_count": "the pool's maxCount", "quota": d.capacity.quota_names() or "the vCPU quota"}
         raise_ = (
-            " and ".join(
-                {"max_count": "the pool's maxCount", "quota": "the family vCPU quota"}[r] for r in d.capacity.raise_
-            )
-            or "(pool and quota facts: --pools FILE --usages FILE)"
+            " and ".join(names[r] for r in d.capacity.raise_) or "(pool and quota facts: --pools FILE --usages FILE)"
         )
         _plain(console, f"capacity: raise {raise_}", style="bold")
         for line in d.capacity.lines:
@@ -119,12 +118,13 @@ def print_latency(d: LatencyDiagnosis, console: Console) -> None:
         _plain(console, f"note: {note}")
     _findings(console, d.findings)
     if d.fixes:
+        from remediation.k8s.latency import merge_values
+
         _plain(console)
         _plain(console, "template values that apply the fixes (templates/k8s/inference):", style="bold")
-        for fid, values in d.fixes:
-            _plain(console, f"  # {fid}")
-            for line in values.splitlines():
-                _plain(console, f"  {line}")
+        _plain(console, f"  # one values document for {', '.join(dict.fromkeys(fid for fid, _ in d.fixes))}")
+        for line in merge_values(d.fixes).splitlines():  # each key once: a repeated key would drop the first
+            _plain(console, f"  {line}")
 
 
 def latency_json(d: LatencyDiagnosis) -> str:

@@ -23,16 +23,29 @@ from __future__ import annotations
 
 from remediation.core.catalog import aoai, azure, host, k8s, train
 from remediation.core.catalog.entry import CatalogEntry, Runbook
-from remediation.core.catalog.xid import XID_MEANINGS, XID_SEVERITY, xid_meaning, xid_severity
+from remediation.core.catalog.xid import (
+    XID_APPLICATION,
+    XID_CRITICAL,
+    XID_MEANINGS,
+    XID_SEVERITY,
+    xid_class,
+    xid_meaning,
+    xid_remedy,
+    xid_severity,
+)
 
 __all__ = [
     "CATALOG",
+    "XID_APPLICATION",
+    "XID_CRITICAL",
     "XID_MEANINGS",
     "XID_SEVERITY",
     "CatalogEntry",
     "Runbook",
     "get",
+    "xid_class",
     "xid_meaning",
+    "xid_remedy",
     "xid_severity",
 ]
 

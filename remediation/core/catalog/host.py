@@ -438,7 +438,10 @@ ENTRIES: tuple[CatalogEntry, ...] = (
         _S1,
         _W,
         "Xid events since boot (severity by Xid code)",
-        "drain the host; reset the GPU or redeploy the VM as the Xid's catalog entry says",
+        "by the Xid's class (the finding names the one for its code): a hardware/driver Xid (48, 63, 64, 74, 92, "
+        "94, 95, 119, 120...): drain the host; reset the GPU or redeploy the VM as the Xid's catalog entry says; an "
+        "application-class Xid (13, 31, 43): check the application first, and drain only when it repeats on this "
+        "GPU across several workloads",
         _hw(),
     ),
     CatalogEntry(

@@ -42,7 +42,8 @@ _S3_RESOLUTION = (
     "- Quota: `az quota create --resource-name StandardNDSv2Family --scope /subscriptions/SUB/providers/"
     "Microsoft.Compute/locations/eastus --limit-object value=48 limit-object-type=LimitValue` "
     "(`invoke quota.plan`, `invoke quota.request`)\n"
-    "- Pool at maxCount: raise it (`az aks nodepool update --update-cluster-autoscaler --max-count N`)"
+    "- Pool at maxCount: raise it (`az aks nodepool update -g <resource-group> --cluster-name <cluster> -n <pool> "
+    "--update-cluster-autoscaler --min-count <min-count> --max-count <new-max-count>`; az wants both counts)"
 )
 _S3_PREVENTION = (
     "- Render every GPU pod spec from a template with the toleration preconfigured "
@@ -153,8 +154,8 @@ ENTRIES: tuple[CatalogEntry, ...] = (
         _S3,
         _C,
         "GPU pod Pending: not enough free GPUs in its pool",
-        "scale the GPU pool (check maxCount: `invoke aks.pools`) and the family quota (`invoke quota.plan`); or "
-        "lower the pod's nvidia.com/gpu request (templates/k8s values `gpu.count`)",
+        "scale the GPU pool (check maxCount: `invoke aks.pools`) and the vCPU quota, family and regional total "
+        "(`invoke quota.plan`); or lower the pod's nvidia.com/gpu request (templates/k8s values `gpu.count`)",
         _s3(
             root_cause="Every node the pod may use has its GPUs allocated (or the device plugin advertises none); "
             "the cluster autoscaler could not add a node: pool at maxCount or GPU quota used up."
@@ -192,8 +193,9 @@ ENTRIES: tuple[CatalogEntry, ...] = (
         _S3,
         _C,
         "GPU pod Pending: the node pool cannot grow (at maxCount, autoscaling off, or outside min/max)",
-        "raise the pool's maxCount: `invoke aks.pools --cluster C --resource-group G`; "
-        "`az aks nodepool update --update-cluster-autoscaler --max-count N`",
+        "raise the pool's maxCount: `az aks nodepool update -g <resource-group> --cluster-name <cluster> -n <pool> "
+        "--update-cluster-autoscaler --min-count <min-count> --max-count <new-max-count>` (the finding fills in the "
+        "values it knows); check with `invoke aks.pools --cluster <cluster> --resource-group <resource-group>`",
         _s3(
             root_cause="The node pool is at maxCount: the autoscaler wants to scale but may not (or autoscaling is "
             "off, or the pool's count is outside its min/max and the autoscaler refuses the target)."
@@ -203,14 +205,16 @@ ENTRIES: tuple[CatalogEntry, ...] = (
         "K8S-PEND-008",
         _S3,
         _C,
-        "GPU pod Pending: the VM family's vCPU quota has no room for another node",
-        "request more quota: `invoke quota.plan --location L --vm-size S --nodes N`, then `invoke quota.request` "
-        "(az quota create ... --limit-object value=N); for a Spot pool `invoke quota.request --location L "
-        "--family lowPriorityCores --limit N`",
+        "GPU pod Pending: a vCPU quota the pool draws on (its VM family, the regional total) has no room",
+        "raise the quota that binds (the finding names it): `invoke quota.plan --location <location> --vm-size "
+        "<vm-size> --nodes <n>`, then `invoke quota.request --location <location> --family <family> --limit <n>` "
+        "with the family, `cores` (the regional vCPU total) or, for a Spot pool, `lowPriorityCores`",
         _s3(
-            root_cause="The GPU family's regional vCPU quota is used up: the cluster autoscaler cannot provision "
-            "new nodes (VMSS scale-out fails with OperationNotAllowed). A Spot pool draws on the regional "
-            "low-priority vCPU quota (lowPriorityCores) instead of its family's."
+            root_cause="A new node must fit both the GPU family's regional vCPU quota and the region's total vCPU "
+            "quota (cores); when either is used up the cluster autoscaler cannot provision new nodes (VMSS "
+            "scale-out fails with OperationNotAllowed). Raising the family's quota does not help when only the "
+            "regional total is full. A Spot pool draws on the regional low-priority vCPU quota (lowPriorityCores) "
+            "instead of its family's."
         ),
     ),
     CatalogEntry(

@@ -5,7 +5,16 @@ from __future__ import annotations
 
 from remediation.core.findings import Severity
 
-__all__ = ["XID_MEANINGS", "XID_SEVERITY", "xid_meaning", "xid_severity"]
+__all__ = [
+    "XID_APPLICATION",
+    "XID_CRITICAL",
+    "XID_MEANINGS",
+    "XID_SEVERITY",
+    "xid_class",
+    "xid_meaning",
+    "xid_remedy",
+    "xid_severity",
+]
 
 
 # --- Xid -----------------------------------------------------------------------------------------------------
@@ -57,16 +66,47 @@ XID_MEANINGS: dict[int, str] = {
 
 # Critical: the GPU (or its memory, bus, firmware) is in a state that needs a reset, a reboot or new hardware.
 # Warning: usually an application fault (13, 31, 43, 45, 69...) or a condition to watch.
-_XID_CRITICAL = frozenset({48, 62, 63, 64, 74, 79, 92, 94, 95, 119, 120, 136, 140, 143, *range(144, 151)})
+XID_CRITICAL = frozenset({48, 62, 63, 64, 74, 79, 92, 94, 95, 119, 120, 136, 140, 143, *range(144, 151)})
+_XID_CRITICAL = XID_CRITICAL  # the name this module used before
+
+# Application class: NVIDIA's Xid table gives "user application" as the usual cause (13 graphics engine exception,
+# 31 GPU memory page fault, 43 GPU stopped processing): the workload's own bug (illegal address, out-of-range
+# access, a killed kernel) far more often than the GPU. The host is healthy until the same Xid follows several
+# workloads on that GPU. The alert rules (remediation.k8s.alerts) page on XID_CRITICAL and warn on the rest.
+XID_APPLICATION = frozenset({13, 31, 43})
 
 XID_SEVERITY: dict[int, Severity] = {
-    code: (Severity.CRITICAL if code in _XID_CRITICAL else Severity.WARNING) for code in XID_MEANINGS
+    code: (Severity.CRITICAL if code in XID_CRITICAL else Severity.WARNING) for code in XID_MEANINGS
 }
+
+_REMEDY_APPLICATION = (
+    "an application-class Xid (NVIDIA: usually the user application): check the application first (the "
+    "processes named, their CUDA errors; rerun with CUDA_LAUNCH_BLOCKING=1 or under compute-sanitizer); do not "
+    "drain for one workload's Xid: drain the host and run `dcgmi diag -r 3` only when the same Xid repeats on "
+    "this GPU across several workloads"
+)
+_REMEDY_HARDWARE = "drain the host; reset the GPU or redeploy the VM as the Xid's catalog entry says"
+_REMEDY_OTHER = (
+    "check the workload and the driver version first; drain the host, reset the GPU or redeploy the VM when it "
+    "repeats or comes with a critical Xid"
+)
 
 
 def xid_meaning(code: int) -> str:
     """A short meaning for Xid ``code``; a generic line for codes not in :data:`XID_MEANINGS`."""
     return XID_MEANINGS.get(code, f"Xid {code}: not in this catalog; see NVIDIA's Xid catalog")
+
+
+def xid_class(code: int) -> str:
+    """``hardware`` (a critical Xid: GPU, memory, bus, firmware), ``application`` (13, 31, 43) or ``other``."""
+    if code in XID_CRITICAL:
+        return "hardware"
+    return "application" if code in XID_APPLICATION else "other"
+
+
+def xid_remedy(code: int) -> str:
+    """The remedy of a GPU-HW-005 finding about Xid ``code``: by its class (:func:`xid_class`)."""
+    return {"hardware": _REMEDY_HARDWARE, "application": _REMEDY_APPLICATION}.get(xid_class(code), _REMEDY_OTHER)
 
 
 def xid_severity(code: int) -> Severity:

@@ -16,8 +16,9 @@ Granularity, the same for the audit and ``invoke diagnose``:
 from __future__ import annotations
 
 from collections.abc import Iterable
+from dataclasses import replace
 
-from remediation.core.catalog import xid_meaning, xid_severity
+from remediation.core.catalog import xid_meaning, xid_remedy, xid_severity
 from remediation.core.checks.evidence import Evidence
 from remediation.core.checks.registry import rule
 from remediation.core.findings import Finding, make_finding
@@ -166,15 +167,14 @@ def xid_events(ev: Evidence) -> list[Finding]:
             evidence.append(f"processes: {', '.join(procs)}")
         # "Xid CODE on PCI" first: the history's identity of this finding (code and GPU) is read from it
         more = (f" (x{n})" if n > 1 else "") + (f"; processes {', '.join(procs)}" if procs else "")
-        out.append(
-            make_finding(
-                "GPU-HW-005",
-                f"Xid {code} on {pci}: {meaning}{more}",
-                evidence,
-                host=ev.host,
-                severity=xid_severity(code),
-            )
+        finding = make_finding(
+            "GPU-HW-005",
+            f"Xid {code} on {pci}: {meaning}{more}",
+            evidence,
+            host=ev.host,
+            severity=xid_severity(code),
         )
+        out.append(replace(finding, remedy=xid_remedy(code)))  # application-class Xids: the application first
     return out
 
 
