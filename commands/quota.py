@@ -85,7 +85,10 @@ def plan(  # type: ignore[no-untyped-def]
 
     --spot: Spot VMs draw on the regional low-priority vCPU quota (lowPriorityCores) instead of family + cores.
 
-    Exit codes: 0 fits; 1 a quota request is needed; 2 bad input or no `az login`; 3 ARM error.
+    A family the usages have no row for is reported unknown (not 0/0): `invoke quota.show --location L` lists them.
+
+    Exit codes: 0 fits; 1 a quota request is needed; 2 bad input, no `az login`, or a quota unknown (no usage row);
+    3 ARM error.
     """
     from remediation.azure.api import check_format, quota_plan, report
     from remediation.report.console import console

@@ -17,6 +17,10 @@ Inputs (detected from the text):
 Facts: the 429 share overall and per minute, the Retry-After distribution (slightly over / over / far over / above
 the cap), the peak tokens per minute against the limit, the burst (first and last minute over the limit). Findings
 come from :mod:`remediation.aoai.rules`.
+
+A figure the input cannot give is ``null`` in the facts (the text says ``unknown`` or ``n/a``), never 0: answers and
+429s of an export without ``AzureOpenAIRequests``, tokens of an export without token metrics or of logs without any
+token count, the tokens asked for in any metrics export, the 429 share of a minute without answers.
 """
 
 from __future__ import annotations
@@ -177,6 +181,7 @@ def _requests(
     throttles: list[Throttle] = []
     answers = 0
     client_records = 0
+    without_tokens = 0  # answers whose line gives no token count (their tokens are not in the sums)
     for entry in entries:
         bucket = minutes[int(entry["_ts"] // 60)]
         name = _first(entry, "deployment", "model_deployment", "ModelDeploymentName")
@@ -190,6 +195,8 @@ def _requests(
             answers += attempts
             if entry.get("outcome") == "ok":
                 bucket.processed += _int(entry.get("total_tokens")) or _int(entry.get("est_tokens")) or 0
+            if _int(entry.get("est_tokens")) is None and _int(entry.get("total_tokens")) is None:
+                without_tokens += attempts
             bucket.offered += _int(entry.get("est_tokens")) or 0
             for index in range(throttled):
                 hint = float(hints[index]) if index < len(hints) else None
@@ -212,6 +219,8 @@ def _requests(
         tokens = _int(_first(usage, "total_tokens")) or _int(
             _first(entry, "est_tokens", "request_tokens", "total_tokens")
         )
+        if tokens is None and (status != 429 or not median_size):
+            without_tokens += 1
         if status == 429:
             bucket.throttled += 1
             bucket.offered += tokens or median_size
@@ -237,6 +246,7 @@ def _requests(
             if status < 400:
                 bucket.processed += tokens or 0
     kind = "aoai-requests"
+    known = {"answers", "hints"} | ({"processed", "offered"} if without_tokens < answers else set())
     return _conclude(
         kind,
         minutes,
@@ -245,7 +255,13 @@ def _requests(
         settings,
         limit,
         deployment,
-        {"records": len(entries), "client_records": client_records, "skipped_lines": skipped},
+        {
+            "records": len(entries),
+            "client_records": client_records,
+            "skipped_lines": skipped,
+            "answers_without_tokens": without_tokens,
+        },
+        frozenset(known),
     )
 
 
@@ -320,6 +336,9 @@ def _metrics(
         if bucket.throttled
     ]
     answers = sum(b.requests for b in minutes.values())
+    known = ({"answers"} if "azureopenairequests" in seen else set()) | (
+        {"processed"} if seen & (token_metrics | split_tokens) else set()
+    )  # never "offered" nor "hints": metrics hold what was processed, not what was asked for nor Retry-After
     return _conclude(
         "aoai-metrics",
         minutes,
@@ -329,6 +348,7 @@ def _metrics(
         limit,
         deployment,
         {"metrics": sorted(seen), "interval": document.get("interval")},
+        frozenset(known),
     )
 
 
@@ -352,45 +372,59 @@ def _conclude(
     limit: int,
     deployment: str | None,
     extra: dict[str, Any],
+    known: frozenset[str] = frozenset({"answers", "hints", "processed", "offered"}),
 ) -> Analysis:
+    """Facts and findings; ``known`` names the figures the input gives (answers, hints, processed, offered): the
+    others are ``None`` in the facts, never 0."""
     first, last = min(minutes), max(minutes)
     if last - first > _MAX_MINUTES:
         raise AoaiError(f"the input spans {(last - first) // 1440} days; diagnose one incident (a week at most)")
     loads = []
     for minute in range(first, last + 1):  # no gaps: a quiet minute is a minute
         bucket = minutes.get(minute, _Minute())
-        loads.append(MinuteLoad(_label(minute), bucket.requests, bucket.throttled, bucket.processed, bucket.offered))
+        loads.append(MinuteLoad(_label(minute), bucket.requests, bucket.throttled, bucket.processed, bucket.offered,
+                                answers_known="answers" in known, processed_known="processed" in known,
+                                offered_known="offered" in known))
     hints = [t.hint_s for t in throttles if t.hint_s is not None]
     total_429 = sum(m.throttled for m in loads)
     peak = max(loads, key=lambda m: max(m.offered_tokens, m.processed_tokens))
     stormy = [m for m in loads if m.requests and 100.0 * m.throttled / m.requests >= settings.warn_share_pct]
     period = f" from {stormy[0].label} to {stormy[-1].label}" if stormy else ""
+    has_answers, has_processed, has_offered = ("answers" in known, "processed" in known, "offered" in known)
+
+    def share(throttled: int, requests: int, digits: int) -> float | None:
+        return round(100.0 * throttled / requests, digits) if has_answers and requests else None
+
     facts: dict[str, Any] = {
         "deployment": deployment,
-        "answers": answers,
-        "throttled": total_429,
-        "share_429_pct": round(100.0 * total_429 / answers, 2) if answers else 0.0,
+        "answers": answers if has_answers else None,
+        "throttled": total_429 if has_answers else None,
+        "share_429_pct": share(total_429, answers, 2),
         "first_minute": loads[0].label,
         "last_minute": loads[-1].label,
         "retry_after": {
-            "count": len(hints),
+            "count": len(hints) if "hints" in known else None,
             "median_s": statistics.median(hints) if hints else None,
             "max_s": max(hints) if hints else None,
-            "histogram": _histogram(hints, settings),
+            "histogram": _histogram(hints, settings) if "hints" in known else None,
         },
         "tpm_limit": limit or None,
         "peak_minute": peak.label,
-        "peak_offered_tokens": peak.offered_tokens,
-        "peak_processed_tokens": peak.processed_tokens,
-        "peak_vs_limit": round(max(peak.offered_tokens, peak.processed_tokens) / limit, 2) if limit else None,
+        "peak_offered_tokens": peak.offered_tokens if has_offered else None,
+        "peak_processed_tokens": peak.processed_tokens if has_processed else None,
+        "peak_vs_limit": (
+            round(max(peak.offered_tokens, peak.processed_tokens) / limit, 2)
+            if limit and (has_offered or has_processed)
+            else None
+        ),
         "minutes": [
             {
                 "minute": m.label,
-                "answers": m.requests,
-                "throttled": m.throttled,
-                "share_429_pct": round(100.0 * m.throttled / m.requests, 1) if m.requests else 0.0,
-                "processed_tokens": m.processed_tokens,
-                "offered_tokens": m.offered_tokens,
+                "answers": m.requests if has_answers else None,
+                "throttled": m.throttled if has_answers else None,
+                "share_429_pct": share(m.throttled, m.requests, 1),
+                "processed_tokens": m.processed_tokens if has_processed else None,
+                "offered_tokens": m.offered_tokens if has_offered else None,
             }
             for m in loads
         ],

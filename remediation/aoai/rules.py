@@ -42,7 +42,14 @@ class MinuteLoad:
     requests: int  # HTTP answers
     throttled: int  # 429 answers among them
     processed_tokens: int  # tokens of the successful answers
-    offered_tokens: int  # tokens the callers asked for (0 when the source cannot tell)
+    offered_tokens: int  # tokens the callers asked for (0 when the source cannot tell: see offered_known)
+    answers_known: bool = True  # False: the source has no answer counts (a metrics export without requests)
+    processed_known: bool = True  # False: the source has no token counts for the answers
+    offered_known: bool = True  # False: the source cannot tell what was asked for (any metrics export)
+
+
+def _count(value: int, known: bool) -> str:
+    return f"{value:,}" if known else "n/a"
 
 
 def describe_hint(seconds: float, settings: AoaiSettings) -> str:
@@ -169,8 +176,9 @@ def load_findings(minutes: Sequence[MinuteLoad], tpm_limit: int, settings: AoaiS
                 f"the burst ran {worst[0].label} to {worst[-1].label} ({len(worst)} min over the limit, "
                 f"{throttled} 429s)",
                 [
-                    f"{m.label}: offered {m.offered_tokens:,} processed {m.processed_tokens:,} tokens, "
-                    f"{m.requests} answers, {m.throttled} 429"
+                    f"{m.label}: offered {_count(m.offered_tokens, m.offered_known)} processed "
+                    f"{_count(m.processed_tokens, m.processed_known)} tokens, "
+                    + (f"{m.requests} answers, {m.throttled} 429" if m.answers_known else "answers unknown")
                     for m in worst[:5]
                 ],
             )

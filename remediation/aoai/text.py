@@ -43,6 +43,8 @@ _HEADER = re.compile(
     r"([A-Za-z]{3},\s*[0-9]{1,2}\s+[A-Za-z]{3}\s+[0-9]{4}\s+[0-9:]{8}(?:\s*(?:GMT|UTC|[+-][0-9]{4}))?|[^\s,;)}\]]+))",
     _I,
 )
+# a region's display name, unquoted: words of letters and digits on one line ("East US 2"), not the next header
+_REGION_WORDS = re.compile(r"[A-Za-z0-9]+(?:[ \t]+[A-Za-z0-9]+)*(?![\w:=-])")
 _STATUS_429 = re.compile(r"(?<![0-9.])429(?![0-9.])|Too Many Requests|RateLimit(?:Error|Reached|Exceeded)", _I)
 _RATE_WORDS = re.compile(r"rate[ _-]?limit|throttl|too many requests|quota", _I)
 _AOAI_MARKERS = re.compile(
@@ -157,6 +159,10 @@ def _headers(text: str) -> dict[str, str]:
     for match in _HEADER.finditer(text):
         name = match.group(1).lower()
         value = next((g for g in match.group(2, 3, 4) if g is not None), "").strip()
+        if name == "x-ms-region" and match.group(4) is not None:
+            # an unquoted display name has spaces ("x-ms-region: East US"): its words, up to the next header
+            words = _REGION_WORDS.match(text, match.start(4))
+            value = words.group(0) if words else value
         if name == "date" and not re.match(r"[A-Za-z]{3},", value):
             continue  # "date": only an HTTP-date, not a JSON field or a word
         found.setdefault(name, value)

@@ -23,6 +23,7 @@ from remediation.azure.quota import (
     fetch_usages,
     find,
     low_priority_usage,
+    missing_row,
 )
 from remediation.core import skus
 from remediation.core.exitcodes import ExitCode
@@ -127,10 +128,16 @@ class Headroom:
     usage: QuotaUsage
     needed: int  # vCPUs the pools' growth to maxCount needs
     pools: tuple[str, ...]
+    unknown: str = ""  # why the usage is not known (the region's usages have no row for the family); "" when it is
+
+    @property
+    def known(self) -> bool:
+        return not self.unknown
 
     @property
     def fits(self) -> bool:
-        return self.usage.current + self.needed <= self.usage.limit
+        """False also when the usage is unknown (:attr:`known`)."""
+        return self.known and self.usage.current + self.needed <= self.usage.limit
 
     @property
     def new_total(self) -> int:
@@ -152,11 +159,14 @@ class PoolsReport:
         return ExitCode.FINDINGS if any(f.severity.rank >= 1 for f in self.findings) else ExitCode.OK
 
 
-def headroom_for(pools: Sequence[NodePool], usages: Sequence[QuotaUsage]) -> tuple[Headroom, ...]:
+def headroom_for(
+    pools: Sequence[NodePool], usages: Sequence[QuotaUsage], location: str = ""
+) -> tuple[Headroom, ...]:
     """Per quota the GPU pools' growth to maxCount draws on, the vCPUs it needs (pure).
 
     A regular pool counts in its VM family and in the regional total (``cores``); a Spot pool only in the regional
-    low-priority quota (``lowPriorityCores``), which every family's Spot VMs share.
+    low-priority quota (``lowPriorityCores``), which every family's Spot VMs share. A family the usages have no row
+    for is unknown (:attr:`Headroom.unknown`), not 0/0.
     """
     by_family: dict[str, list[tuple[NodePool, int]]] = {}
     regional_need: list[tuple[NodePool, int]] = []
@@ -173,9 +183,14 @@ def headroom_for(pools: Sequence[NodePool], usages: Sequence[QuotaUsage]) -> tup
         regional_need.append((p, need))
     out: list[Headroom] = []
     for family, items in sorted(by_family.items()):
-        usage = find(usages, family) or QuotaUsage(items[0][0].size.family if items[0][0].size else family,
-                                                   family, 0, 0)
-        out.append(Headroom(usage, sum(n for _, n in items), tuple(p.name for p, _ in items)))
+        usage = find(usages, family)
+        need, names = sum(n for _, n in items), tuple(p.name for p, _ in items)
+        if usage is None:
+            spelled = items[0][0].size.family if items[0][0].size else family
+            out.append(Headroom(QuotaUsage(spelled, spelled, 0, 0), need, names,
+                                missing_row(spelled, location, location)))
+        else:
+            out.append(Headroom(usage, need, names))
     if spot_need:
         # A region without the row offers no Spot vCPUs: a limit of 0, as for a family it does not list.
         low = low_priority_usage(usages)
@@ -207,6 +222,6 @@ def pools_report(client: ArmClient, cluster: str, resource_group: str, subscript
     pools = tuple(sorted((pool_from_dict(p) for p in client.list(base + "/agentPools", AKS_API)),
                          key=lambda p: p.name))
     usages = fetch_usages(client, location, sub) if location and any(p.is_gpu for p in pools) else []
-    headroom = headroom_for(pools, usages)
-    findings = tuple(pool_findings(cluster, pools, headroom, location))
+    headroom = headroom_for(pools, usages, location)
+    findings = tuple(pool_findings(cluster, pools, headroom, location, resource_group))
     return PoolsReport(sub, resource_group, cluster, location, pools, headroom, findings)

@@ -13,7 +13,10 @@ Spot VMs (an AKS pool's ``scaleSetPriority: Spot``) do not draw on their VM fami
 on the region's low-priority vCPU quota, the usage row ``lowPriorityCores`` ("Total Regional Low-priority vCPUs"),
 shared by every family. ``quota.request --family lowPriorityCores`` raises it through the same Microsoft.Quota call
 (``resourceName`` is the usage's name; the 2023-02-01 spec types it as a free string), and ``quota.plan --spot`` weighs
-N more Spot VMs against that row alone (a region without it: a limit of 0).
+N more Spot VMs against that row alone (a region without it: a limit of 0, Azure offers no Spot vCPUs there).
+
+A VM family the usages have no row for is *unknown*, not 0/0: the file may be cut short or from another region, and
+``quota.plan`` says so (:func:`missing_row`) instead of asking for a limit or calling it full.
 """
 
 from __future__ import annotations
@@ -46,6 +49,7 @@ __all__ = [
     "check_size",
     "fetch_usages",
     "low_priority_usage",
+    "missing_row",
     "plan",
     "plan_counts",
     "quota_request_body",
@@ -215,6 +219,15 @@ def find(usages: Iterable[QuotaUsage], name: str) -> QuotaUsage | None:
     return next((u for u in usages if u.name.lower() == key), None)
 
 
+def missing_row(name: str, source: str, location: str = "") -> str:
+    """Why a quota is unknown: ``source`` (the file read, or the region) has no usage row for ``name``."""
+    where = source or location or "the usages"
+    if location and source and source != location:
+        where = f"{source} ({location})"
+    return (f"no usage row for {name} in {where}: run `invoke quota.show --location {location or '<location>'}` to"
+            " see the families the region lists")
+
+
 def low_priority_usage(usages: Iterable[QuotaUsage]) -> QuotaUsage:
     """The region's ``lowPriorityCores`` row, the quota Spot VMs of every family draw on.
 
@@ -275,6 +288,11 @@ class QuotaNeed:
 
     usage: QuotaUsage
     needed: int  # vCPUs the plan adds
+    unknown: str = ""  # why the usage is not known (no usage row, :func:`missing_row`); "" when it is
+
+    @property
+    def known(self) -> bool:
+        return not self.unknown
 
     @property
     def new_total(self) -> int:
@@ -282,7 +300,8 @@ class QuotaNeed:
 
     @property
     def fits(self) -> bool:
-        return self.new_total <= self.usage.limit
+        """False also when the usage is unknown (:attr:`known`): nothing says it fits."""
+        return self.known and self.new_total <= self.usage.limit
 
     def headroom_limit(self, threshold_pct: float) -> int:
         """The limit that keeps the new total under the alert threshold."""
@@ -317,7 +336,15 @@ class QuotaPlan:
         return all(n.fits for n in self.needs)
 
     @property
+    def unknown(self) -> tuple[QuotaNeed, ...]:
+        """The needs whose usage the input has no row for."""
+        return tuple(n for n in self.needs if not n.known)
+
+    @property
     def exit_code(self) -> ExitCode:
+        """OK fits; FINDINGS a request is needed; BAD_INPUT a quota is unknown (the usages lack its row)."""
+        if self.unknown:
+            return ExitCode.BAD_INPUT
         return ExitCode.OK if self.fits else ExitCode.FINDINGS
 
 
@@ -356,20 +383,24 @@ def plan(
     threshold_pct: float,
     *,
     spot: bool = False,
+    source: str = "",
 ) -> QuotaPlan:
     """What ``nodes`` more VMs of ``size`` need against the region's usages (pure).
 
     Regular VMs draw on their family and on ``cores``; Spot VMs (``spot``) only on ``lowPriorityCores``
-    (:func:`low_priority_usage`: a region without the row has a limit of 0).
+    (:func:`low_priority_usage`: a region without the row has a limit of 0). A family without a usage row is unknown
+    (:func:`missing_row`, ``source`` naming the file read), never 0/0.
     """
     vcpus = nodes * size.vcpus
     if spot:
         low = QuotaNeed(low_priority_usage(usages), vcpus)
         return QuotaPlan(location, size, nodes, gpus, vcpus, low, None, threshold_pct, spot=True)
-    fam = find(usages, size.family) or QuotaUsage(size.family, size.family, 0, 0)
+    fam = find(usages, size.family)
+    need = (QuotaNeed(fam, vcpus) if fam is not None else
+            QuotaNeed(QuotaUsage(size.family, size.family, 0, 0), vcpus, missing_row(size.family, source, location)))
     regional = find(usages, REGIONAL_VCPUS)
     return QuotaPlan(
-        location, size, nodes, gpus, vcpus, QuotaNeed(fam, vcpus),
+        location, size, nodes, gpus, vcpus, need,
         None if regional is None else QuotaNeed(regional, vcpus), threshold_pct,
     )
 

@@ -9,6 +9,9 @@ HELP/escaping rules (:mod:`remediation.report.prometheus`), no timestamps on sam
     gpufleet_azure_quota_threshold_ratio{subscription,location}          the threshold the report used (0.8)
     gpufleet_azure_quota_timestamp_seconds{subscription,location}        when the usages were read
 
+A label is never empty: ``subscription`` and ``location`` are left out when a ``--from-file`` run did not name them
+(``quota.show --from-file F --location eastus --subscription S`` writes both).
+
 ``monitoring/prometheus/gpufleet-azure-quota.rules.yml`` alerts on ``gpufleet_azure_quota_used_ratio >= 0.8``: one
 rule for every family of every region and subscription written there.
 """
@@ -100,7 +103,9 @@ def quota_json(report: UsageReport) -> str:
 
 
 def _labels(pairs: Sequence[tuple[str, str]]) -> str:
-    return "{" + ",".join(f'{k}="{escape_label_value(v)}"' for k, v in pairs) + "}"
+    """``{k="v",...}`` without the pairs whose value is empty (a label is never ``location=""``)."""
+    kept = [(k, v) for k, v in pairs if v]
+    return "{" + ",".join(f'{k}="{escape_label_value(v)}"' for k, v in kept) + "}" if kept else ""
 
 
 def quota_prometheus(report: UsageReport) -> str:
@@ -147,17 +152,23 @@ def print_plan(console: Console, p: QuotaPlan) -> None:
     for col in ("quota", "used", "limit", "+ needed", "new total", "verdict"):
         table.add_column(col)
     for n in p.needs:
+        if not n.known:
+            table.add_row(escape(_plan_quota(n.usage)), "unknown", "unknown", str(n.needed), "unknown",
+                          "[yellow]unknown[/yellow]")
+            continue
         verdict = "fits" if n.fits else f"[red]request limit {n.new_total}[/red]"
         table.add_row(escape(_plan_quota(n.usage)), str(n.usage.current), str(n.usage.limit), str(n.needed),
                       str(n.new_total), verdict)
     console.print(table)
+    for n in p.unknown:
+        console.print(f"unknown: {n.unknown}", highlight=False, markup=False)
     if p.fits:
         console.print("fits: no quota request needed")
         return
     for n in p.needs:
-        if not n.fits:
+        if n.known and not n.fits:
             console.print(
-                f"request: invoke quota.request --location {p.location or 'LOCATION'} --family {n.usage.name}"
+                f"request: invoke quota.request --location {p.location or '<location>'} --family {n.usage.name}"
                 f" --limit {n.new_total}   (to stay under {p.threshold_pct:g} %: --limit"
                 f" {n.headroom_limit(p.threshold_pct)})",
                 highlight=False, markup=False,
@@ -166,6 +177,9 @@ def print_plan(console: Console, p: QuotaPlan) -> None:
 
 def plan_json(p: QuotaPlan) -> str:
     def need(n: QuotaNeed) -> dict[str, Any]:
+        if not n.known:  # no usage row: unknown, never 0/0
+            return {"quota": n.usage.name, "currentValue": None, "limit": None, "needed": n.needed, "newTotal": None,
+                    "fits": None, "limitUnderThreshold": None, "unknown": n.unknown}
         out: dict[str, Any] = {
             "quota": n.usage.name, "currentValue": n.usage.current, "limit": n.usage.limit, "needed": n.needed,
             "newTotal": n.new_total, "fits": n.fits, "limitUnderThreshold": n.headroom_limit(p.threshold_pct)}
@@ -175,7 +189,8 @@ def plan_json(p: QuotaPlan) -> str:
 
     return json.dumps({
         "location": p.location, "vmSize": p.size.name, "vcpusPerVm": p.size.vcpus, "gpusPerVm": p.size.gpu_count,
-        "family": p.size.family, "spot": p.spot, "nodes": p.nodes, "gpus": p.gpus, "vcpus": p.vcpus, "fits": p.fits,
+        "family": p.size.family, "spot": p.spot, "nodes": p.nodes, "gpus": p.gpus, "vcpus": p.vcpus,
+        "fits": None if p.unknown and all(n.fits for n in p.needs if n.known) else p.fits,
         "quotas": [need(n) for n in p.needs],
     }, indent=2)
 
@@ -218,6 +233,10 @@ def print_pools(console: Console, r: PoolsReport) -> None:
                       escape(", ".join(p.taints) or "-"), escape(p.power_state), " ".join(flags))
     console.print(table)
     for h in r.headroom:
+        if not h.known:
+            console.print(f"quota {h.usage.name}: unknown; growing {', '.join(h.pools)} to maxCount needs {h.needed}"
+                          f" more: {h.unknown}", highlight=False, markup=False)
+            continue
         verdict = "fits" if h.fits else "[red]short[/red]"
         console.print(f"quota {escape(h.usage.name)}: {h.usage.current}/{h.usage.limit} used; growing"
                       f" {escape(', '.join(h.pools))} to maxCount needs {h.needed} more -> {h.new_total}: {verdict}",
@@ -226,6 +245,8 @@ def print_pools(console: Console, r: PoolsReport) -> None:
         console.print(f"{f.id} [{f.severity.value}] {f.summary}", highlight=False, markup=False)
         for line in f.evidence[1:]:
             console.print(f"    {line}", highlight=False, markup=False)
+        if f.remedy.startswith("az ") and not any(f.remedy in line for line in f.evidence):
+            console.print(f"    fix: {f.remedy}", highlight=False, markup=False)
 
 
 def pools_json(r: PoolsReport) -> str:
@@ -234,6 +255,9 @@ def pools_json(r: PoolsReport) -> str:
         "location": r.location, "pools": [p.to_dict() for p in r.pools],
         "headroom": [{"quota": h.usage.name, "currentValue": h.usage.current, "limit": h.usage.limit,
                       "needed": h.needed, "newTotal": h.new_total, "fits": h.fits, "pools": list(h.pools)}
+                     if h.known else
+                     {"quota": h.usage.name, "currentValue": None, "limit": None, "needed": h.needed,
+                      "newTotal": None, "fits": None, "pools": list(h.pools), "unknown": h.unknown}
                      for h in r.headroom],
         "findings": [f.to_dict() for f in r.findings],
     }, indent=2)

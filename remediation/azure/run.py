@@ -116,7 +116,7 @@ def quota_plan(
     else:
         loc = location_arg(location, settings.extra_locations)
         usages = fetch_usages(client_factory(settings, subscription), loc)
-    return plan(usages, loc, size, n_nodes, n_gpus, pct, spot=bool(spot))
+    return plan(usages, loc, size, n_nodes, n_gpus, pct, spot=bool(spot), source=from_file or "")
 
 
 def quota_request(

@@ -100,15 +100,15 @@ def make_finding(
 ) -> Finding:
     """A :class:`Finding` for catalog entry ``id``: scenario, default severity and remedy come from the catalog.
 
-    ``{host}`` in the catalog's remedy is replaced by ``host`` when one is given. Raises ``KeyError`` for an ID
-    that is not in the catalog.
+    ``{host}`` in the catalog's remedy is replaced by ``host`` when one is given, by the marked placeholder
+    ``<host>`` when none is (pasted text names no host): never the bare template. Raises ``KeyError`` for an ID that
+    is not in the catalog.
     """
     from remediation.core import catalog  # local import: catalog imports this module
 
     entry = catalog.get(id)
     remedy = entry.remedy
-    if host is not None:
-        remedy = remedy.replace("{host}", host)
+    remedy = remedy.replace("{host}", host if host is not None else "<host>")
     return Finding(
         id=entry.id,
         scenario=entry.scenario,
