@@ -91,7 +91,7 @@ def audit(  # type: ignore[no-untyped-def]
         "file": "file with the text to triage (nvidia-smi output, kernel log, apt history or unattended-upgrades log, "
         "dkms output, ...); - for stdin",
         "format": "text | json",
-        "kind": "force the kind instead of detecting it",
+        "kind": "read the whole text as this one kind (no split of a paste into its parts)",
     },
 )
 @edge

@@ -4,6 +4,14 @@
 
     {"kind": str, "facts": {...}, "findings": [{"id", "scenario", "severity", "summary", "evidence", "remedy"}]}
 
+and, for a paste of several kinds (parts of two kinds, or ``uname``'s output beside one), also
+``"parts": [{"kind", "lines": [first, last], "findings": [id, ...]}]`` and
+``"unread": [{"lines": [first, last], "reason": "not recognised"}]``: the paste is split into its parts
+(:mod:`remediation.host.paste`), each part is diagnosed as its kind, the host parts' evidence goes through the rules
+together (cross-kind: ``dkms status`` for one kernel, ``uname -r`` naming another → GPU-DRV-001), and the findings are
+merged critical first, a finding ID kept once. ``kind`` and ``facts`` stay the paste read as one kind. An explicit
+``kind`` reads the whole text as that kind, as before.
+
 - Text over the input cap (:func:`remediation.core.parsers.check_size`, 8 MiB) raises
   :class:`~remediation.core.errors.ParseError` naming the input, its size, the cap and the fix.
 - Empty (or whitespace-only) text raises :class:`~remediation.core.errors.ParseError` naming the input.
@@ -30,7 +38,7 @@ input). This module only parses the text and lays the facts out as JSON.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from remediation.core import catalog
@@ -38,16 +46,30 @@ from remediation.core.checks import evaluate
 from remediation.core.checks import evidence as ev_mod
 from remediation.core.errors import ParseError
 from remediation.core.findings import Finding, Severity
-from remediation.core.parsers import KINDS, UNKNOWN, check_size, detect_kind, kinds
+from remediation.core.parsers import KINDS, UNKNOWN, check_size, detect_kind, kinds, scores
 from remediation.core.parsers import apt_history as apt_mod
 from remediation.core.parsers import dkms as dkms_mod
 from remediation.core.parsers import kernel_log as klog_mod
 from remediation.core.parsers import nvml_text as nvml_mod
 from remediation.core.parsers import unattended_upgrades as uu_mod
+from remediation.host import paste
 
-__all__ = ["DiagnoseResult", "diagnose", "render_text"]
+__all__ = ["DiagnoseResult", "PartResult", "diagnose", "render_text"]
 
 _FINDING_KEYS = ("id", "scenario", "severity", "summary", "evidence", "remedy")
+
+
+@dataclass(frozen=True)
+class PartResult:
+    """One part of a paste of several kinds: its kind, its lines (1-based, inclusive), its own findings."""
+
+    kind: str
+    first: int
+    last: int
+    findings: tuple[Finding, ...] = ()
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"kind": self.kind, "lines": [self.first, self.last], "findings": [f.id for f in self.findings]}
 
 
 @dataclass(frozen=True)
@@ -55,32 +77,48 @@ class DiagnoseResult:
     kind: str
     facts: dict[str, Any]
     findings: tuple[Finding, ...]
+    parts: tuple[PartResult, ...] = ()  # only for a paste of several kinds
+    unread: tuple[tuple[int, int], ...] = ()  # line ranges of such a paste that are of no known kind
 
     @property
     def worst_severity(self) -> Severity | None:
         return Severity.worst(f.severity for f in self.findings)
 
     def to_dict(self) -> dict[str, Any]:
-        """``{"kind", "facts", "findings": [{"id", "scenario", "severity", "summary", "evidence", "remedy"}]}``."""
-        return {
+        """``{"kind", "facts", "findings": [{"id", "scenario", "severity", "summary", "evidence", "remedy"}]}``, and
+        for a paste of several kinds ``parts`` (``[{"kind", "lines": [first, last], "findings": [id, ...]}]``) and
+        ``unread`` (``[{"lines": [first, last], "reason": "not recognised"}]``)."""
+        doc: dict[str, Any] = {
             "kind": self.kind,
             "facts": self.facts,
             "findings": [{key: f.to_dict()[key] for key in _FINDING_KEYS} for f in self.findings],
         }
+        if self.parts:
+            doc["parts"] = [p.to_dict() for p in self.parts]
+            doc["unread"] = [{"lines": [a, b], "reason": "not recognised"} for a, b in self.unread]
+        return doc
 
 
 def diagnose(text: str, kind: str | None = None, source: str = "<text>") -> DiagnoseResult:
     """Detect (or take) the kind of ``text``, parse it and map the facts to findings.
 
-    ``source`` names the input in error messages (a file name, ``<stdin>``).
+    ``source`` names the input in error messages (a file name, ``<stdin>``). Without ``kind``, a paste of several
+    kinds is split into its parts (:mod:`remediation.host.paste`) and each is diagnosed (:func:`_several`).
     """
     check_size(text, source)
     if not text or not text.strip():
         raise ParseError(f"{source}: nothing to diagnose: the input is empty")
+    parts: list[paste.Part] = []
     if kind is None:
-        kind = detect_kind(text)
+        by_kind = scores(text)
+        kind = detect_kind(text, by_kind)
+        families = {_family(name) for name, value in by_kind.items() if value > 0}
+        if len(families) > 1 or (families and paste.has_transcript(text)):
+            parts = paste.split(text, kind)
     if kind == UNKNOWN:
         return DiagnoseResult(UNKNOWN, {}, ())
+    if _of_several_kinds(kind, parts):
+        return _several(text, kind, parts)
     spec = kinds().get(kind)
     handler = _HANDLERS.get(kind) or (spec.diagnose if spec is not None else None)
     if handler is None:
@@ -88,6 +126,80 @@ def diagnose(text: str, kind: str | None = None, source: str = "<text>") -> Diag
         raise ParseError(f"{source}: unknown kind {kind!r} (known: {known})")
     facts, findings = handler(text)
     return DiagnoseResult(kind, facts, tuple(findings))
+
+
+# --- a paste of several kinds -------------------------------------------------------------------------------
+
+#: Host kinds whose text the combined evidence reads as a transcript (nvidia-smi, kernel lines, uname, dkms).
+_TRANSCRIPT_KINDS = frozenset({"nvml", "kernel-log", paste.TRANSCRIPT, "dkms"})
+
+
+def _family(kind: str) -> str:
+    return "nvml" if kind in ("nvml", "kernel-log", paste.TRANSCRIPT) else kind
+
+
+def _of_several_kinds(kind: str, parts: list[paste.Part]) -> bool:
+    """Parts of two kinds (kernel lines beside nvidia-smi output count as one), or uname's output beside a kind."""
+    known = [p for p in parts if p.kind != UNKNOWN]
+    if len(known) < 2:
+        return False
+    families = {_family(p.kind) for p in known if p.kind != paste.TRANSCRIPT} | {_family(kind)}
+    return len(families) > 1 or any(p.kind == paste.TRANSCRIPT for p in known)
+
+
+def _several(text: str, kind: str, parts: list[paste.Part]) -> DiagnoseResult:
+    """Each part with its own kind's diagnosis, and every host part's evidence together through the same rules.
+
+    ``kind`` and ``facts`` stay what the paste read as one kind gives (as before parts existed); ``findings`` are
+    the host rules on all host parts at once (so a rule sees ``dkms status`` and ``uname -r`` side by side) plus each
+    other part's findings, a finding ID kept from the first part that has it, critical first.
+    """
+    handler = _HANDLERS.get(kind) or kinds()[kind].diagnose
+    assert handler is not None
+    facts, _ = handler(text)
+    results: list[PartResult] = []
+    by_kind: dict[str, list[str]] = {}
+    for part in parts:
+        if part.kind == UNKNOWN:
+            continue
+        by_kind.setdefault(part.kind, []).append(part.text)
+        part_handler = _HANDLERS.get(part.kind) or (
+            kinds()[part.kind].diagnose if part.kind in kinds() else None
+        )
+        found = tuple(part_handler(part.text)[1]) if part_handler is not None else ()
+        results.append(PartResult(part.kind, part.first, part.last, found))
+
+    def joined(*names: str) -> str:
+        return "\n".join(t for name in names for t in by_kind.get(name, ()))
+
+    host: list[Finding] = []
+    if any(name in by_kind for name in _HANDLERS):
+        transcript_text = "\n".join(p.text for p in parts if p.kind in _TRANSCRIPT_KINDS)
+        transcript = nvml_mod.parse(transcript_text)
+        if transcript.running_kernel is None:
+            releases = [paste.kernel_release(line) for line in joined(paste.TRANSCRIPT).split("\n")]
+            running = next((r for r in releases if r), None)
+            if running is not None:
+                transcript = replace(transcript, running_kernel=running)
+        from_text = ev_mod.from_nvml_text(transcript, klog_mod.parse(transcript_text))
+        evidence = replace(
+            from_text,
+            apt_history=apt_mod.parse(joined("apt-history")),
+            dkms=dkms_mod.parse(joined("dkms")) if "dkms" in by_kind else None,
+            unattended_log=uu_mod.parse(joined("unattended-upgrades-log")),
+        )
+        host = list(evaluate(evidence))
+    merged: list[Finding] = list(host)
+    seen = {f.id for f in host}
+    for result in results:
+        if result.kind in _HANDLERS:
+            continue  # read above, with the other host parts
+        new = [f for f in result.findings if f.id not in seen]
+        seen.update(f.id for f in new)
+        merged.extend(new)
+    merged.sort(key=lambda f: -f.severity.rank)
+    unread = tuple((p.first, p.last) for p in parts if p.kind == UNKNOWN)
+    return DiagnoseResult(kind, facts, tuple(merged), tuple(results), unread)
 
 
 # --- nvml ------------------------------------------------------------------------------------------------------
@@ -323,9 +435,17 @@ assert set(_HANDLERS) <= set(KINDS), "every diagnose handler needs a registered 
 # --- text rendering ----------------------------------------------------------------------------------------------
 
 
+def _span(first: int, last: int) -> str:
+    return f"line {first}" if first == last else f"lines {first}-{last}"
+
+
 def render_text(result: DiagnoseResult) -> str:
     """Human-readable triage: each finding, its evidence, remedy, and the runbook's five sections."""
     out: list[str] = [f"kind: {result.kind}"]
+    if result.parts:
+        out.append("parts: " + ", ".join(f"{p.kind} ({_span(p.first, p.last)})" for p in result.parts))
+    if result.unread:
+        out.append("not recognised: " + ", ".join(_span(a, b) for a, b in result.unread))
     if not result.findings:
         if result.kind == "nvml" and result.facts.get("healthy"):
             gpus = result.facts["gpus"]

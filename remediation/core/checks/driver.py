@@ -6,9 +6,11 @@ history) make the evidence richer, a transcript's lines (``modprobe: FATAL``, ``
 stand in for them in text.
 
 - GPU-DRV-001: NVML says the driver is not loaded (or, where NVML's state is not known, the kernel log or a
-  transcript says ``Module nvidia not found``) and the booted kernel has no NVIDIA module, or whether it has one
-  is not known (text: the summary says whether the text proves it). Not when the driver is not installed at all
-  (GPU-DRV-003) or the module exists (the kernel log explains it: GPU-HW-007/008, else GPU-DRV-004).
+  transcript says ``Module nvidia not found``, or ``dkms status`` lists the NVIDIA module built/installed only for
+  other kernels than the running one that ``uname -r`` or modprobe's ``/lib/modules/KERNEL`` names) and the booted
+  kernel has no NVIDIA module, or whether it has one is not known (text: the summary says whether the text proves
+  it). Not when the driver is not installed at all (GPU-DRV-003) or the module exists (the kernel log explains it:
+  GPU-HW-007/008, else GPU-DRV-004).
 - GPU-DRV-002: NVML version mismatch; the kernel log's API mismatch lines are its evidence.
 - GPU-DRV-003: NVML's library is missing, or the driver is not loaded and no NVIDIA package is installed.
 - GPU-DRV-004: NVML failed for a reason no class covers, or NVML failed and no other rule found a critical
@@ -76,7 +78,11 @@ def driver_not_loaded(ev: Evidence) -> list[Finding]:
     text_missing = transcript is not None and transcript.module_missing
     if nvml is not None and nvml.error_class != "driver_not_loaded":
         return []  # NVML answered, or failed for another reason: that reason's rule
-    if nvml is None and not log_missing and not text_missing:
+    dkms_kernels, dkms_lines = _dkms_nvidia_kernels(ev)
+    running = transcript.running_kernel if transcript is not None else None
+    # text: dkms built/installed the module only for other kernels than the running one (uname -r, modprobe's path)
+    dkms_elsewhere = ev.facts is None and bool(running and dkms_kernels) and running not in dkms_kernels
+    if nvml is None and not log_missing and not text_missing and not dkms_elsewhere:
         return []
     if ev.kernel_log.nvidia_rejected and not log_missing and not text_missing:
         return []  # the module exists and Secure Boot refused it: GPU-DRV-008
@@ -111,16 +117,26 @@ def driver_not_loaded(ev: Evidence) -> list[Finding]:
             summary += f" (module present for {', '.join(others)})"
         return [make_finding("GPU-DRV-001", summary, evidence, host=ev.host)]
     # Text: what the transcript and the kernel lines prove.
-    running = transcript.running_kernel if transcript is not None else None
     module_kernels = transcript.module_kernels if transcript is not None else ()
-    if not text_missing and not log_missing and running and running in module_kernels:
+    if not text_missing and not log_missing and running and (running in module_kernels or running in dkms_kernels):
         return []  # the booted kernel has a module: not this cause (GPU-DRV-004 says so)
     evidence = [*_nvml_lines(ev), *(m.text for m in log_missing)]
-    if transcript is not None and text_missing:
+    if dkms_elsewhere:
+        evidence.append(f"running kernel: {running}")
+        evidence.extend(dkms_lines)
+    if dkms_elsewhere and not text_missing:
+        state = "not loaded" if nvml is not None else "cannot load"
+        summary = (
+            f"NVIDIA driver {state}: the running kernel {running} has no NVIDIA module; dkms built it only for "
+            f"{', '.join(dkms_kernels)}"
+        )
+    elif transcript is not None and text_missing:
         booted_name = running or "the booted kernel"
         where = ""
         if module_kernels and running not in module_kernels:
             where = f"; nvidia.ko exists only for {', '.join(module_kernels)}"
+        elif dkms_elsewhere:
+            where = f"; dkms built it only for {', '.join(dkms_kernels)}"
         dkms_note = "; dkms is not installed, so nothing rebuilt the module" if transcript.dkms_missing else ""
         summary = f"NVIDIA driver not loaded: no NVIDIA module for {booted_name} (modprobe: FATAL){where}{dkms_note}"
     elif log_missing:
@@ -128,10 +144,22 @@ def driver_not_loaded(ev: Evidence) -> list[Finding]:
         summary = f"NVIDIA driver not loaded: NVIDIA module not found for {kernels}, the driver cannot load"
     else:
         summary = (
-            "NVIDIA driver not loaded (nvidia-smi cannot communicate with the driver); usual cause to confirm: "
-            "the booted kernel has no NVIDIA module (`modinfo nvidia`, `uname -r`, apt history)"
+            "NVIDIA driver not loaded (nvidia-smi, NVML or CUDA cannot communicate with the driver); usual cause to "
+            "confirm: the booted kernel has no NVIDIA module (`modinfo nvidia`, `uname -r`, apt history)"
         )
     return [make_finding("GPU-DRV-001", summary, _uniq(evidence), host=ev.host)]
+
+
+def _dkms_nvidia_kernels(ev: Evidence) -> tuple[tuple[str, ...], list[str]]:
+    """Kernels ``dkms status`` lists an NVIDIA module built or installed for, and those rows (text evidence)."""
+    if ev.dkms is None:
+        return (), []
+    rows = [
+        e
+        for e in ev.dkms.entries
+        if e.kernel and e.module.startswith("nvidia") and e.state.startswith(("installed", "built"))
+    ]
+    return tuple(dict.fromkeys(str(e.kernel) for e in rows)), [f"dkms status: {e.text.strip()}" for e in rows]
 
 
 def _loaded_module_version(ev: Evidence, facts: HostFacts) -> tuple[str | None, str]:

@@ -14,10 +14,12 @@ Size: pasted text and log files are read whole, so every entry point that takes 
 changes it) the input is refused with one line naming it, its size, the cap and the fix (keep the relevant part,
 e.g. ``tail -c 4M``), raised as the area's error (exit 2). Within the cap every parser is linear in its input.
 
-Mixed text (nvidia-smi output pasted together with kernel lines, a transcript with ``dkms status``): the highest
-score wins, and the NVML error messages score highest on purpose. They are the symptom the operator is asking about,
-and ``diagnose`` of ``nvml`` text also reads the kernel lines embedded in it, so the more specific kernel findings
-(RmInitAdapter code, Xid, API mismatch versions) still appear. Ties go to the kind registered first.
+Mixed text (nvidia-smi output pasted together with kernel lines, a transcript with ``dkms status``): for the
+text as a whole the highest score wins (``invoke diagnose`` also splits a paste of several kinds into its parts,
+see :mod:`remediation.host.paste`), and the NVML error messages score highest on purpose. They are the symptom
+the operator is asking about, and ``diagnose`` of ``nvml`` text also reads the kernel lines embedded in it, so the
+more specific kernel findings (RmInitAdapter code, Xid, API mismatch versions) still appear. Ties go to the kind
+registered first.
 """
 
 from __future__ import annotations
@@ -126,6 +128,8 @@ def marker_score(markers: tuple[tuple[re.Pattern[str], int, int], ...]) -> Calla
 _M = re.MULTILINE | re.IGNORECASE
 _NVML_MARKERS = (
     (re.compile(r"couldn.?t communicate with the NVIDIA driver|NVIDIA-SMI has failed", re.I), 10, 1),
+    # PyTorch's torch.cuda on a host whose driver is not loaded: the same case as nvidia-smi's "couldn't communicate"
+    (re.compile(r"Found no NVIDIA driver on your system", re.I), 10, 1),
     (re.compile(r"Failed to initialize NVML|nvml error:|driver/library version mismatch", re.I), 10, 1),
     (re.compile(r"Unable to determine the device handle for GPU", re.I), 10, 1),
     (re.compile(r"No devices were found|NVML Shared Library Not Found|libnvidia-ml\.so", re.I), 10, 1),
@@ -253,10 +257,13 @@ def scores(text: str) -> dict[str, int]:
     return {name: spec.score(text) for name, spec in kinds().items()}
 
 
-def detect_kind(text: str) -> str:
-    """The registered kind ``text`` most looks like, or ``"unknown"``. Never raises."""
+def detect_kind(text: str, by_kind: dict[str, int] | None = None) -> str:
+    """The registered kind ``text`` most looks like, or ``"unknown"``. Never raises.
+
+    ``by_kind``: :func:`scores` of ``text`` when the caller has them already.
+    """
     best, best_score = UNKNOWN, 0
-    for name, value in scores(text).items():
+    for name, value in (scores(text) if by_kind is None else by_kind).items():
         if value > best_score:
             best, best_score = name, value
     return best

@@ -4,7 +4,8 @@
 :mod:`remediation.hostside.gpuprobe`, less the probe's own ``timeout``):
 
 - ``driver_not_loaded``: "NVIDIA-SMI has failed because it couldn't communicate with the NVIDIA driver",
-  "Failed to initialize NVML: Driver Not Loaded", ``nvml error: driver not loaded``;
+  "Failed to initialize NVML: Driver Not Loaded", ``nvml error: driver not loaded``, PyTorch's "RuntimeError: Found
+  no NVIDIA driver on your system";
 - ``version_mismatch``: "Failed to initialize NVML: Driver/library version mismatch" (any case, also through
   nvidia-container-cli);
 - ``no_devices``: "No devices were found";
@@ -133,7 +134,8 @@ _CLASS_PATTERNS: tuple[tuple[str, re.Pattern[str]], ...] = (
         re.compile(
             r"couldn.?t communicate with the NVIDIA driver|Failed to initialize NVML: Driver Not Loaded"
             r"|nvml error: driver not loaded|NVML_ERROR_DRIVER_NOT_LOADED|NVIDIA-SMI has failed"
-            r"|Make sure that the latest NVIDIA driver is installed and running",
+            r"|Make sure that the latest NVIDIA driver is installed and running"
+            r"|Found no NVIDIA driver on your system",
             _F,
         ),
     ),
