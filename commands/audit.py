@@ -92,11 +92,14 @@ def audit(  # type: ignore[no-untyped-def]
         "dkms output, ...); - for stdin",
         "format": "text | json",
         "kind": "read the whole text as this one kind (no split of a paste into its parts)",
+        "explain": "text: each finding with its full runbook (default: brief, the finding, its evidence and the "
+        "one command to run)",
     },
 )
 @edge
-def diagnose(c, file=None, format="text", kind=None):  # type: ignore[no-untyped-def]
-    """Paste error text from the field; get the finding and its runbook. Exit 1 when something is found."""
+def diagnose(c, file=None, format="text", kind=None, explain=False):  # type: ignore[no-untyped-def]
+    """Paste error text from the field; get the findings, critical first, and the command to run (--explain: the
+    runbook). Exit 1 when something is found."""
     import json
 
     from remediation.core.errors import ParseError
@@ -110,7 +113,7 @@ def diagnose(c, file=None, format="text", kind=None):  # type: ignore[no-untyped
     if format == "json":
         print(json.dumps(result.to_dict(), indent=2))
     else:
-        print(render_text(result))
+        print(render_text(result, explain=bool(explain)), end="")
     raise Exit(code=ExitCode.FINDINGS if result.findings else ExitCode.OK)
 
 

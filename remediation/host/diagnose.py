@@ -12,6 +12,10 @@ together (cross-kind: ``dkms status`` for one kernel, ``uname -r`` naming anothe
 merged critical first, a finding ID kept once. ``kind`` and ``facts`` stay the paste read as one kind. An explicit
 ``kind`` reads the whole text as that kind, as before.
 
+Findings are listed critical first, then warning, then info (in the rules' order within a severity), for a paste of
+one kind as for several (:func:`critical_first`). :func:`render_text` gives them in full (runbook included) or brief
+(``explain=False``: header, summary, two evidence lines, the one command of :func:`remedy_command`).
+
 - Text over the input cap (:func:`remediation.core.parsers.check_size`, 8 MiB) raises
   :class:`~remediation.core.errors.ParseError` naming the input, its size, the cap and the fix.
 - Empty (or whitespace-only) text raises :class:`~remediation.core.errors.ParseError` naming the input.
@@ -38,6 +42,8 @@ input). This module only parses the text and lays the facts out as JSON.
 
 from __future__ import annotations
 
+import re
+from collections.abc import Iterable
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -54,7 +60,7 @@ from remediation.core.parsers import nvml_text as nvml_mod
 from remediation.core.parsers import unattended_upgrades as uu_mod
 from remediation.host import paste
 
-__all__ = ["DiagnoseResult", "PartResult", "diagnose", "render_text"]
+__all__ = ["DiagnoseResult", "PartResult", "critical_first", "diagnose", "remedy_command", "render_text"]
 
 _FINDING_KEYS = ("id", "scenario", "severity", "summary", "evidence", "remedy")
 
@@ -125,7 +131,12 @@ def diagnose(text: str, kind: str | None = None, source: str = "<text>") -> Diag
         known = ", ".join(sorted(kinds()))
         raise ParseError(f"{source}: unknown kind {kind!r} (known: {known})")
     facts, findings = handler(text)
-    return DiagnoseResult(kind, facts, tuple(findings))
+    return DiagnoseResult(kind, facts, critical_first(findings))
+
+
+def critical_first(findings: Iterable[Finding]) -> tuple[Finding, ...]:
+    """``findings`` critical first, then warning, then info; in their order within a severity (a stable sort)."""
+    return tuple(sorted(findings, key=lambda f: -f.severity.rank))
 
 
 # --- a paste of several kinds -------------------------------------------------------------------------------
@@ -197,9 +208,8 @@ def _several(text: str, kind: str, parts: list[paste.Part]) -> DiagnoseResult:
         new = [f for f in result.findings if f.id not in seen]
         seen.update(f.id for f in new)
         merged.extend(new)
-    merged.sort(key=lambda f: -f.severity.rank)
     unread = tuple((p.first, p.last) for p in parts if p.kind == UNKNOWN)
-    return DiagnoseResult(kind, facts, tuple(merged), tuple(results), unread)
+    return DiagnoseResult(kind, facts, critical_first(merged), tuple(results), unread)
 
 
 # --- nvml ------------------------------------------------------------------------------------------------------
@@ -439,8 +449,82 @@ def _span(first: int, last: int) -> str:
     return f"line {first}" if first == last else f"lines {first}-{last}"
 
 
-def render_text(result: DiagnoseResult) -> str:
-    """Human-readable triage: each finding, its evidence, remedy, and the runbook's five sections."""
+#: Programs a remedy's command starts with (the one command the brief output names).
+_PROGRAMS = ("invoke", "az", "kubectl", "export", "nvidia-smi", "sudo", "systemctl", "helm", "modprobe", "dkms")
+_PROGRAM = re.compile(r"(?<![\w./-])(?:" + "|".join(re.escape(p) for p in _PROGRAMS) + r") +[^\s`]")
+_BACKTICKED = re.compile(r"`([^`]+)`")
+#: Where a command written in running text ends: a clause break, a parenthesis, "then"/"if"/"past" words.
+_COMMAND_END = re.compile(r"[;()`]|, | (?:then|if|past|or|and) ")
+#: Words that make a command found in running text prose ("the kubectl patch from ...", "invoke X prints ...").
+_PROSE = frozenset({"after", "for", "from", "on", "prints", "the", "with"})
+_CLAUSE_START = re.compile(r"(?:^|; |\(|, then |then )$")
+_BARE_PLACEHOLDER = re.compile(r"(?<![\w<.:/=-])([A-Z][A-Z_]*)(?![\w>.:/=-])")
+_BRACED = re.compile(r"\{([A-Za-z][\w-]*)\}")
+_FLAG_VALUE = re.compile(r"(--([a-z][\w-]*))([ =])([A-Z][A-Z_]*)(?![\w.:/=-])")
+#: Evidence lines the brief output shows per finding (the summary line comes first), and their width.
+_BRIEF_EVIDENCE = 2
+_BRIEF_WIDTH = 200
+
+
+def mark_placeholders(text: str) -> str:
+    """``text`` with its unfilled values visibly marked: ``{host}`` → ``<host>``, ``--location LOCATION`` →
+    ``--location <location>`` (a flag followed by an upper-case word such as ``MODEL``, ``RG``, ``N``)."""
+    text = _BRACED.sub(lambda m: f"<{m.group(1)}>", text)
+    return _FLAG_VALUE.sub(lambda m: f"{m.group(1)}{m.group(3)}<{m.group(2)}>", text)
+
+
+def remedy_command(remedy: str) -> str | None:
+    """The first command in ``remedy`` (a backticked one, or one written in the text: ``invoke ...``, ``az ...``,
+    ``kubectl ...``, ``export ...``), unfilled values marked (:func:`mark_placeholders`); ``None`` when it has none
+    (a role, an instruction)."""
+    candidates: list[tuple[int, str]] = []
+    for match in _BACKTICKED.finditer(remedy):
+        if _PROGRAM.match(match.group(1)):
+            candidates.append((match.start(), match.group(1)))
+    masked = _BACKTICKED.sub(lambda m: " " * len(m.group(0)), remedy)
+    for found in _PROGRAM.finditer(masked):
+        if not _CLAUSE_START.search(masked[: found.start()]):
+            continue
+        rest = masked[found.start() :]
+        end = _COMMAND_END.search(rest)
+        command = (rest if end is None else rest[: end.start()]).strip().rstrip(".,")
+        if not _PROSE.intersection(command.split()[1:]):
+            candidates.append((found.start(), command))
+            break
+    if not candidates:
+        return None
+    command = mark_placeholders(min(candidates)[1].strip())
+    return _BARE_PLACEHOLDER.sub(lambda m: f"<{m.group(1).lower()}>", command)
+
+
+def _brief_line(line: str) -> str:
+    return line if len(line) <= _BRIEF_WIDTH else line[: _BRIEF_WIDTH - 1] + "…"
+
+
+def _brief(finding: Finding, title: str) -> list[str]:
+    """A finding in a few lines: header, summary, at most two evidence lines, the remedy and the one command."""
+    out = [f"[{finding.severity.value.upper()}] {finding.id} ({finding.scenario.value}) {title}"]
+    out.append(f"  {finding.summary}")
+    lines = [line.strip() for item in finding.evidence for line in item.splitlines() if line.strip()]
+    out.extend(f"  | {_brief_line(line)}" for line in lines[:_BRIEF_EVIDENCE])
+    if len(lines) > _BRIEF_EVIDENCE:
+        out.append(f"  | (+{len(lines) - _BRIEF_EVIDENCE} more evidence lines: --explain)")
+    remedy = mark_placeholders(finding.remedy)
+    command = remedy_command(finding.remedy)
+    rest = remedy[len(command) :].strip() if command is not None and remedy.startswith(command) else None
+    if command is None or not (rest == "" or (rest is not None and rest.startswith("(") and rest.endswith(")"))):
+        out.append(f"  fix: {remedy}")
+    if command is not None:
+        out.append(f"  run: {command}")
+    return out
+
+
+def render_text(result: DiagnoseResult, explain: bool = True) -> str:
+    """Human-readable triage, findings critical first. ``explain`` (the default here; ``invoke diagnose --explain``):
+    each finding, its evidence, remedy and the runbook's five sections. Otherwise brief (``invoke diagnose``'s
+    default): per finding a header line, its summary, at most two evidence lines, the remedy when it is more than a
+    command, and the one command to run (:func:`remedy_command`), unfilled values marked ``<...>``. Plain lines,
+    never wrapped to a terminal's width."""
     out: list[str] = [f"kind: {result.kind}"]
     if result.parts:
         out.append("parts: " + ", ".join(f"{p.kind} ({_span(p.first, p.last)})" for p in result.parts))
@@ -456,8 +540,16 @@ def render_text(result: DiagnoseResult) -> str:
         else:
             out.append("no findings" if result.kind != UNKNOWN else "no findings: the text is of no known kind")
         return "\n".join(out) + "\n"
+    findings = critical_first(result.findings)
+    if not explain:
+        for finding in findings:
+            out.append("")
+            out.extend(_brief(finding, catalog.get(finding.id).title))
+        out.append("")
+        out.append("--explain: the runbook of each finding; --format json: everything")
+        return "\n".join(out) + "\n"
     shown_runbooks: set[str] = set()
-    for finding in result.findings:
+    for finding in findings:
         entry = catalog.get(finding.id)
         out.append("")
         out.append(f"[{finding.severity.value.upper()}] {finding.id} ({finding.scenario.value}) {entry.title}")
@@ -465,7 +557,7 @@ def render_text(result: DiagnoseResult) -> str:
         if finding.evidence:
             out.append("  evidence:")
             out.extend(f"    | {line}" for line in finding.evidence)
-        out.append(f"  remedy: {finding.remedy}")
+        out.append(f"  remedy: {mark_placeholders(finding.remedy)}")
         if finding.id in shown_runbooks:
             out.append("  runbook: see above")
             continue

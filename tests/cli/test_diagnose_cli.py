@@ -112,3 +112,65 @@ def test_every_diagnose_line_of_the_readme_runs(smi_file: Path) -> None:
         )
         assert r.returncode == 1, (command, r.stdout, r.stderr)
         assert r.stderr == "", (command, r.stderr)
+
+
+# --- brief by default, the runbook with --explain, critical first (issue 24) -------------------------------------
+
+OOM = ROOT / "tests" / "fixtures" / "real-gpu-h200" / "torch-oom.txt"
+
+# One kernel log (one kind): an application Xid (GPU-HW-005, warning) before RmInitAdapter failing (GPU-HW-007,
+# critical), in dmesg's format; the rules list the warning first.
+WARNING_THEN_CRITICAL = """\
+[  100.000000] NVRM: Xid (PCI:0000:00:1e): 13, pid=1234, name=python, Graphics Exception: ESR 0x404490=0x80000001
+[  120.000000] NVRM: GPU 0000:00:1e.0: RmInitAdapter failed! (0x26:0x56:1482)
+[  120.000001] NVRM: GPU 0000:00:1e.0: rm_init_adapter failed, device minor number 0
+"""
+
+
+def _headers(out: str) -> list[str]:
+    return [line.split()[1] for line in out.splitlines() if re.match(r"\[(CRITICAL|WARNING|INFO)\] ", line)]
+
+
+def test_brief_by_default_one_oom_is_a_few_lines_with_the_one_command() -> None:
+    r = run([str(OOM)])
+    assert r.returncode == 1 and r.stderr == ""
+    lines = r.stdout.splitlines()
+    assert len(lines) <= 12, r.stdout
+    assert lines[0] == "kind: oom" and "[CRITICAL] TRAIN-OOM-001" in r.stdout
+    runs = [line for line in lines if line.startswith("  run: ")]
+    assert runs == ["  run: invoke train.plan --model <model> --gpu <gpu> --batch <batch> --seq-len <seq-len>"]
+    assert "Resolution:" not in r.stdout and "runbook" not in r.stdout.split("--explain")[0]
+    assert "{" not in r.stdout and "--explain" in lines[-1]
+    assert all(len(line) <= 250 for line in lines)  # no evidence line of 500 characters
+
+
+def test_explain_prints_the_runbook() -> None:
+    r = run([str(OOM), "--explain"])
+    assert r.returncode == 1 and r.stderr == ""
+    for section in ("Symptoms:", "Diagnosis:", "Root cause:", "Resolution:", "Prevention:"):
+        assert section in r.stdout
+    assert "gradient_accumulation_steps" in r.stdout  # the resolution's text
+    assert "remedy: invoke train.plan --model <model> --gpu <gpu>" in r.stdout
+    assert len(r.stdout.splitlines()) > 20
+
+
+def test_json_is_the_same_with_or_without_explain() -> None:
+    plain, explained = run([str(OOM), "--format", "json"]), run([str(OOM), "--format", "json", "--explain"])
+    assert json.loads(plain.stdout) == json.loads(explained.stdout)
+    assert json.loads(plain.stdout)["findings"][0]["remedy"].startswith("invoke train.plan --model MODEL")
+
+
+@pytest.mark.parametrize("extra", [[], ["--explain"]])
+def test_a_single_kind_paste_lists_the_critical_finding_first(extra: list[str]) -> None:
+    r = run(["-", *extra], stdin=WARNING_THEN_CRITICAL)
+    assert r.returncode == 1 and r.stdout.startswith("kind: kernel-log")
+    assert _headers(r.stdout) == ["GPU-HW-007", "GPU-HW-005"]
+    doc = json.loads(run(["-", "--format", "json"], stdin=WARNING_THEN_CRITICAL).stdout)
+    got = [(f["id"], f["severity"]) for f in doc["findings"]]
+    assert got == [("GPU-HW-007", "critical"), ("GPU-HW-005", "warning")]
+
+
+def test_brief_commands_have_no_template_left() -> None:
+    r = run(["-"], stdin=SMI)
+    assert "  run: invoke driver-restore --limit <host>" in r.stdout
+    assert "{host}" not in r.stdout

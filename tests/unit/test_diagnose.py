@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 
 import pytest
 from hypothesis import given, settings
@@ -10,8 +11,9 @@ from hypothesis import strategies as st
 
 from remediation.core.catalog import CATALOG
 from remediation.core.errors import ParseError
+from remediation.core.findings import make_finding
 from remediation.core.parsers import detect_kind
-from remediation.host.diagnose import DiagnoseResult, diagnose, render_text
+from remediation.host.diagnose import DiagnoseResult, diagnose, remedy_command, render_text
 from tests.corpus import blocks as _load
 
 BLOCKS: dict[str, list[str]] = _load()
@@ -236,3 +238,22 @@ def test_diagnose_any_text_gives_the_contract_or_a_parse_error_for_blank_input(t
         return
     _assert_contract(result.to_dict())
     assert render_text(result).startswith(f"kind: {result.kind}")
+    assert render_text(result, explain=False).startswith(f"kind: {result.kind}")
+
+
+@pytest.mark.parametrize("finding_id", sorted(CATALOG))
+def test_the_one_command_of_every_remedy_has_its_unknown_values_marked(finding_id: str) -> None:
+    """No ``{host}`` template and no bare ``--flag VALUE`` placeholder (``--location LOCATION``, ``--model MODEL``):
+    an unknown value reads ``<host>``, ``<location>``."""
+    command = remedy_command(make_finding(finding_id, "s", ()).remedy)
+    if command is None:
+        return
+    assert "{" not in command and "}" not in command, command
+    assert not re.search(r"(?:^| )(?:--?[\w-]+ )?[A-Z][A-Z_]*(?: |$)", command), command
+
+
+def test_brief_text_is_a_few_lines_per_finding_with_the_command() -> None:
+    result = diagnose("NVIDIA-SMI has failed because it couldn't communicate with the NVIDIA driver.")
+    out = render_text(result, explain=False)
+    assert "[CRITICAL] GPU-DRV-001" in out and "  run: invoke driver-restore --limit <host>" in out
+    assert "Resolution:" not in out and len(out.splitlines()) <= 8

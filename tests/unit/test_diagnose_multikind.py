@@ -197,3 +197,17 @@ def test_odd_pastes_never_crash(text: str) -> None:
     result = diagnose(text)
     json.dumps(result.to_dict())
     assert render_text(result).startswith("kind: ")
+
+
+def test_s1_bundle_at_the_command_line_prints_gpu_drv_001_first_brief_and_explained() -> None:
+    """``invoke diagnose -`` on the S1 bundle: the critical driver finding is the first one printed, in the brief
+    default (with its one command, the host marked) and with ``--explain`` (the runbook)."""
+    for extra in ([], ["--explain"]):
+        done = subprocess.run([str(INVOKE), "diagnose", "-", *extra], cwd=ROOT, input=S1_BUNDLE, capture_output=True,
+                              text=True, timeout=60, check=False)
+        assert done.returncode == 1 and done.stderr == ""
+        headers = [line for line in done.stdout.splitlines() if line.startswith("[")]
+        assert headers[0].startswith("[CRITICAL] GPU-DRV-001"), done.stdout
+        assert any("GPU-KRN-006" in line for line in headers[1:])
+        assert ("Resolution:" in done.stdout) is bool(extra)
+        assert ("  run: invoke driver-restore --limit <host>" in done.stdout) is not bool(extra)
