@@ -43,6 +43,8 @@ def edge(func: F) -> F:
     def wrapper(*args: Any, **kwargs: Any) -> Any:
         from remediation.core.errors import RemediationError
 
+        if any(isinstance(value, str) and value in HELP_FLAGS for value in kwargs.values()):
+            _task_help()
         try:
             try:
                 return func(*args, **kwargs)
@@ -59,6 +61,24 @@ def edge(func: F) -> F:
             raise Exit(code=ExitCode.BROKEN_PIPE) from None
 
     return wrapper  # type: ignore[return-value]
+
+
+#: The program's help flags; Invoke's parser gives one to a task's positional still missing (``invoke diagnose -h``).
+HELP_FLAGS = frozenset({"-h", "--help"})
+
+
+def _task_help() -> None:
+    """``invoke TASK -h`` where the task's positional was still missing: Invoke read ``-h`` as FILE, TEMPLATE or
+    HOST. Print the task's help as ``invoke --help TASK`` does and exit 0 (``gpufleet`` sees it before parsing)."""
+    from invoke.main import program
+
+    if getattr(program, "parser", None) is None:
+        return
+    for context in getattr(program, "tasks", None) or ():
+        given = [getattr(arg, "value", None) for arg in context.args.values()]
+        if any(isinstance(value, str) and value in HELP_FLAGS for value in given):
+            program.print_task_help(context.name)
+            raise Exit(code=ExitCode.OK)
 
 
 def require_confirmation(what: str, *, check: bool, yes: bool, preview: str) -> None:

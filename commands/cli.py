@@ -16,6 +16,8 @@ around the task:
   system's or the ``-f`` runtime file): one line on stderr, exit 2, instead of Invoke's traceback (exit 1, which the
   tasks use for "findings");
 - Invoke's own parse errors (unknown flag, missing flag value, missing positional): one line, exit 2;
+- ``-h``/``--help`` after a task is that task's help (exit 0), also for a task whose positional is not given yet
+  (Invoke's parser would read the token as FILE, TEMPLATE or HOST);
 - a task whose positional ``file`` is not given while text is piped in reads stdin, as if ``-`` were given; with a
   terminal on stdin it is one line and exit 2 ("give a FILE or pipe the text in");
 - a reader that closes stdout early (``gpufleet --list | head``): quiet, exit 141.
@@ -141,6 +143,11 @@ class FleetProgram(Program):
         self.config.load_project()
 
     def parse_tasks(self) -> None:
+        asked = self._help_asked_for()
+        if asked is not None:
+            self.parser = self._make_parser()
+            self.print_task_help(asked)
+            raise Exit
         with _edge():
             try:
                 super().parse_tasks()
@@ -169,6 +176,20 @@ class FleetProgram(Program):
             return str(super().task_list_opener(extra))
         finally:
             self.namespace = namespace
+
+    def _help_asked_for(self) -> str | None:
+        """The task a ``-h``/``--help`` after it asks help for (``gpufleet diagnose -h``): Invoke's parser would give
+        the token to a positional still missing (FILE, TEMPLATE, HOST) and run the task with it."""
+        tasks = self._task_names()
+        current = None
+        for word in self.core.unparsed:
+            if word == "--":
+                break
+            if word in tasks:
+                current = word
+            elif word in ("-h", "--help") and current is not None:
+                return current
+        return None
 
     def _stdin_for_missing_file(self, exc: ParseError) -> bool:
         """A task missing only its ``file`` while text is piped in: give it ``-`` and parse again (True)."""
