@@ -41,7 +41,7 @@ from invoke.vendor import yaml as invoke_yaml
 
 from remediation.core.exitcodes import ExitCode
 
-__all__ = ["FleetProgram", "main", "program"]
+__all__ = ["FleetProgram", "main", "parse_error_line", "program"]
 
 #: Positional arguments that mean "stdin" when text is piped in and they are not given.
 STDIN_POSITIONALS = frozenset({"file"})
@@ -89,15 +89,34 @@ def _shape_error(config: Any) -> str | None:
     return None
 
 
+def parse_error_line(exc: ParseError, binary: str = "gpufleet") -> str:
+    """Invoke's parse error as one line naming the flag and the task, and where its help is."""
+    import re
+
+    text = _one_line(exc)
+    flag = re.fullmatch(r"Flag <Argument: ([\w-]+)> needed value and was not given one!", text)
+    if flag:
+        text = f"--{flag.group(1).replace('_', '-')} needs a value"
+    unknown = re.fullmatch(r"No idea what '(.*)' is!", text)
+    if unknown:
+        word = unknown.group(1)
+        text = f"unknown flag {word!r}" if word.startswith("-") else f"no task {word!r} (or one argument too many)"
+    positional = re.fullmatch(r"'(.+)' did not receive required positional arguments: (.+)", text)
+    if positional:
+        text = f"{positional.group(1)} needs {positional.group(2).replace(chr(39), '').replace('_', '-').upper()}"
+    context = getattr(exc, "context", None)
+    task = getattr(context, "name", None)
+    where = f"`{binary} --help {task}`" if task else f"`{binary} --help` (tasks: `{binary} --list`)"
+    return f"{text}; see {where}"
+
+
 @contextmanager
 def _edge(config: Any = None) -> Iterator[None]:
     """Invoke's and the config loader's errors as ``Exit(message, code=ExitCode.BAD_INPUT)``; Program prints it."""
     try:
         yield
     except ParseError as exc:
-        raise Exit(
-            f"error: {_one_line(exc)}; see gpufleet --help or gpufleet TASK --help", code=ExitCode.BAD_INPUT
-        ) from None
+        raise Exit(f"error: {parse_error_line(exc)}", code=ExitCode.BAD_INPUT) from None
     except AmbiguousMergeError as exc:
         raise Exit(f"error: {_shape_error(config) or _config_error(exc)}", code=ExitCode.BAD_INPUT) from None
     except _LOAD_ERRORS as exc:

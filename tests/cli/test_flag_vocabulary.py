@@ -81,3 +81,29 @@ def test_help_after_an_alias_or_other_flags(argv: list[str]) -> None:
     r = cli([*GPUFLEET, *argv])
     assert r.returncode == 0, r.stderr
     assert r.stdout.startswith(f"Usage: gpufleet [--core-opts] {argv[0]} "), r.stdout[:200]
+
+
+@pytest.mark.parametrize(
+    ("argv", "line"),
+    [
+        (["audit", "--bogus"], "error: unknown flag '--bogus'; see `gpufleet --help audit.run`"),
+        (["audit", "--timeout"], "error: --timeout needs a value; see `gpufleet --help audit.run`"),
+        (["train.plan", "--lora-targets"], "error: --lora-targets needs a value; see `gpufleet --help train.plan`"),
+        (["aoai.alerts"], "error: aoai.alerts needs ACCOUNT-ID, DEPLOYMENT; see `gpufleet --help aoai.alerts`"),
+        (["no-such-task"], "error: no task 'no-such-task' (or one argument too many); see `gpufleet --help` "
+         "(tasks: `gpufleet --list`)"),
+    ],
+)
+def test_invokes_own_parse_errors_are_one_line_and_exit_2_under_gpufleet(argv: list[str], line: str) -> None:
+    r = cli([*GPUFLEET, *argv])
+    assert r.returncode == 2 and r.stdout == ""
+    assert r.stderr.splitlines() == [line]
+
+
+def test_plain_invoke_keeps_its_own_parse_error_exit_as_the_readme_says() -> None:
+    """Stock `invoke` runs Invoke's Program (tasks.py only gives it the namespace): its parse errors stay exit 1;
+    the README sends scripts that need exit 2 to `gpufleet`. If Invoke ever changes this, change the README."""
+    r = cli([*INVOKE, "audit", "--bogus"])
+    assert r.returncode == 1 and r.stderr.strip() == "No idea what '--bogus' is!"
+    readme = (ROOT / "README.md").read_text()
+    assert "Invoke's own parse errors" in readme
