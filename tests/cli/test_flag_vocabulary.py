@@ -107,3 +107,61 @@ def test_plain_invoke_keeps_its_own_parse_error_exit_as_the_readme_says() -> Non
     assert r.returncode == 1 and r.stderr.strip() == "No idea what '--bogus' is!"
     readme = (ROOT / "README.md").read_text()
     assert "Invoke's own parse errors" in readme
+
+
+FORMAT_TASKS = [(name, task) for name, task in TASKS if any(a.name == "format" for a in task.get_arguments())]
+
+
+def test_the_tasks_with_a_format_flag() -> None:
+    assert len(FORMAT_TASKS) >= 13, [name for name, _task in FORMAT_TASKS]
+
+
+@pytest.mark.parametrize(("name", "task"), FORMAT_TASKS, ids=[name for name, _task in FORMAT_TASKS])
+def test_every_format_flag_takes_text_and_table_alike(name: str, task: Any) -> None:
+    from commands import TEXT_FORMATS, check_format
+
+    allowed = getattr(task.body, "formats", None)
+    assert allowed, f"{name}: its format flag is not checked by commands.formats"
+    default = next(a.default for a in task.get_arguments() if a.name == "format")
+    assert default == allowed[0], name  # the default output is unchanged: the task's own first name
+    own = [fmt for fmt in allowed if fmt in TEXT_FORMATS]
+    if own:
+        assert check_format("text", allowed) == check_format("table", allowed) == check_format(" Table ", allowed)
+        assert check_format("text", allowed) == own[0]
+    if "json" in allowed:
+        assert check_format("json", allowed) == check_format("JSON", allowed) == "json"
+    for fmt in allowed:
+        assert check_format(fmt, allowed) == fmt
+    with pytest.raises(Exception, match="--format 'xml' is not one of"):
+        check_format("xml", allowed)
+
+
+def test_the_audits_formats_are_the_reports() -> None:
+    from remediation.report.formats import FORMATS
+
+    assert dict(TASKS)["audit.run"].body.formats == FORMATS
+
+
+TOUR = ROOT / "tests" / "fixtures" / "tour"
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["diagnose", str(TOUR / "s1-after-reboot.txt")],
+        ["k8s.diagnose-pending", "--events", str(TOUR / "failedscheduling.txt")],
+        ["train.plan", "--model", "Llama-3-8B", "--gpu", "A100-80GB"],
+    ],
+    ids=["diagnose", "k8s.diagnose-pending", "train.plan"],
+)
+def test_text_and_table_give_the_default_output(argv: list[str]) -> None:
+    default, text, table = (cli([*INVOKE, *argv, *more]) for more in ([], ["--format", "text"], ["--format", "table"]))
+    assert default.returncode in (0, 1) and default.stderr == "", default.stderr
+    assert default.stdout and default.stdout == text.stdout == table.stdout
+    assert default.returncode == text.returncode == table.returncode
+
+
+def test_an_unknown_format_is_one_line_naming_both_names() -> None:
+    r = cli([*INVOKE, "k8s.diagnose-latency", str(TOUR / "latency-snapshot"), "--format", "xml"])
+    assert r.returncode == 2 and r.stdout == ""
+    assert r.stderr.splitlines() == ["error: --format 'xml' is not one of text (or table), json"]
