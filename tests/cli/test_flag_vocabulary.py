@@ -165,3 +165,42 @@ def test_an_unknown_format_is_one_line_naming_both_names() -> None:
     r = cli([*INVOKE, "k8s.diagnose-latency", str(TOUR / "latency-snapshot"), "--format", "xml"])
     assert r.returncode == 2 and r.stdout == ""
     assert r.stderr.splitlines() == ["error: --format 'xml' is not one of text (or table), json"]
+
+
+def readme_flags() -> dict[str, set[str] | None]:
+    """The README's "Flags every task uses" table: parameter name -> the tasks it lists (None: every task)."""
+    text = (ROOT / "README.md").read_text()
+    table = text.split("<!-- flags:begin -->", 1)[1].split("<!-- flags:end -->", 1)[0]
+    rows: dict[str, set[str] | None] = {}
+    for line in table.strip().splitlines()[2:]:
+        flag, _meaning, where = (cell.strip() for cell in line.strip("|").split("|"))
+        name = flag.split("`")[1].split()[0].lstrip("-").replace("-", "_")
+        rows[name] = None if where == "every task" else {t.strip() for t in where.split(",")}
+    return rows
+
+
+def short(name: str) -> str:
+    return name.removesuffix(".run")
+
+
+def test_the_readme_table_names_every_task_of_each_shared_flag() -> None:
+    rows = readme_flags()
+    assert set(rows) == {"format", "out", "fleet", "inventory", "limit", "check", "yes", "h"}
+    assert rows["h"] is None
+    for name, listed in rows.items():
+        if listed is None:
+            continue
+        actual = {short(task) for task, t in TASKS if any(a.name == name for a in t.get_arguments())}
+        assert listed == actual, (name, sorted(listed ^ actual))
+
+
+def test_dry_run_is_only_check_and_yes_comes_with_check() -> None:
+    for name, task in TASKS:
+        params = {a.name for a in task.get_arguments()}
+        assert "dry_run" not in params or "check" in params, name
+        assert ("yes" in params) == ("check" in params), name
+
+
+@pytest.mark.parametrize("word", ["output", "outfile", "output_file", "fmt", "assume_yes", "force_yes", "hosts_file"])
+def test_no_task_names_a_shared_flag_otherwise(word: str) -> None:
+    assert not [name for name, task in TASKS if any(a.name == word for a in task.get_arguments())]
