@@ -22,6 +22,44 @@ from remediation.core.exitcodes import ExitCode
 
 F = TypeVar("F", bound=Callable[..., Any])
 
+#: The two names of the human-readable output: some tasks call it ``table``, some ``text``; both work on every task.
+TEXT_FORMATS = ("text", "table")
+
+
+def check_format(value: Any, allowed: tuple[str, ...]) -> str:
+    """``--format VALUE`` as the task's own name for it (one of ``allowed``, the first the default): ``text`` and
+    ``table`` both name the task's human-readable output, case and spaces do not matter; anything else is one line
+    (UsageError, exit 2) naming what the task takes."""
+    from remediation.core.errors import UsageError
+
+    fmt = allowed[0] if value is None else str(value).strip().lower()
+    own = next((name for name in allowed if name in TEXT_FORMATS), None)
+    if fmt in TEXT_FORMATS and own is not None:
+        return own
+    if fmt not in allowed:
+        names = ", ".join("text (or table)" if name == own else name for name in allowed)
+        raise UsageError(f"--format {value!r} is not one of {names}")
+    return fmt
+
+
+def formats(*allowed: str) -> Callable[[F], F]:
+    """The task's ``format`` flag through :func:`check_format` before the task runs (under :func:`edge`, so a bad
+    one is one line and exit 2); ``allowed`` is kept on the task's body as ``formats`` (tests/cli checks every task).
+    """
+
+    def decorate(func: F) -> F:
+        @functools.wraps(func)
+        def wrapper(*args: Any, **kwargs: Any) -> Any:
+            if "format" in kwargs:
+                kwargs["format"] = check_format(kwargs["format"], allowed)
+            return func(*args, **kwargs)
+
+        wrapper.formats = allowed  # type: ignore[attr-defined]
+        return wrapper  # type: ignore[return-value]
+
+    return decorate
+
+
 #: Help for the flags every fleet task takes.
 FLEET_HELP = {
     "fleet": "fleet name from invoke.yaml (fleets:), default gpu",
@@ -43,6 +81,8 @@ def edge(func: F) -> F:
     def wrapper(*args: Any, **kwargs: Any) -> Any:
         from remediation.core.errors import RemediationError
 
+        if any(isinstance(value, str) and value in HELP_FLAGS for value in kwargs.values()):
+            _task_help()
         try:
             try:
                 return func(*args, **kwargs)
@@ -59,6 +99,24 @@ def edge(func: F) -> F:
             raise Exit(code=ExitCode.BROKEN_PIPE) from None
 
     return wrapper  # type: ignore[return-value]
+
+
+#: The program's help flags; Invoke's parser gives one to a task's positional still missing (``invoke diagnose -h``).
+HELP_FLAGS = frozenset({"-h", "--help"})
+
+
+def _task_help() -> None:
+    """``invoke TASK -h`` where the task's positional was still missing: Invoke read ``-h`` as FILE, TEMPLATE or
+    HOST. Print the task's help as ``invoke --help TASK`` does and exit 0 (``gpufleet`` sees it before parsing)."""
+    from invoke.main import program
+
+    if getattr(program, "parser", None) is None:
+        return
+    for context in getattr(program, "tasks", None) or ():
+        given = [getattr(arg, "value", None) for arg in context.args.values()]
+        if any(isinstance(value, str) and value in HELP_FLAGS for value in given):
+            program.print_task_help(context.name)
+            raise Exit(code=ExitCode.OK)
 
 
 def require_confirmation(what: str, *, check: bool, yes: bool, preview: str) -> None:

@@ -6,7 +6,7 @@ from typing import Any
 
 from invoke import Collection, Exit, task
 
-from commands import edge, settings
+from commands import edge, formats, settings
 
 
 @task(
@@ -18,6 +18,7 @@ from commands import edge, settings
     },
 )
 @edge
+@formats("table", "json")
 def pools(c, cluster=None, resource_group=None, format="table", subscription=None):  # type: ignore[no-untyped-def]
     """Node pools: count/min/max, autoscaling, size, taints, power; flags maxCount, GPU taints, quota headroom.
 

@@ -6,7 +6,7 @@ from typing import Any
 
 from invoke import Collection, Exit, task
 
-from commands import edge, read_input, settings, shown
+from commands import edge, formats, read_input, settings, shown
 from remediation.core.exitcodes import ExitCode
 
 
@@ -51,6 +51,7 @@ def _write(out: str | None, content: str) -> None:
     },
 )
 @edge
+@formats("text", "json")
 def diagnose(c, file=None, format="text", tpm_limit=None, deployment=None):  # type: ignore[no-untyped-def]
     """429 storm from request logs or Azure Monitor metrics: share over time, Retry-After, peak TPM, the burst."""
     import json

@@ -8,7 +8,7 @@ from typing import Any
 
 from invoke import Collection, Exit, task
 
-from commands import FLEET_HELP, audit_options, edge, fleet_hosts, read_input, settings, under_project
+from commands import FLEET_HELP, audit_options, edge, fleet_hosts, formats, read_input, settings, under_project
 from remediation.core.exitcodes import ExitCode
 
 
@@ -27,6 +27,7 @@ from remediation.core.exitcodes import ExitCode
     },
 )
 @edge
+@formats("table", "json", "junit", "prom", "md")
 def audit(  # type: ignore[no-untyped-def]
     c,
     fleet="gpu",
@@ -97,6 +98,7 @@ def audit(  # type: ignore[no-untyped-def]
     },
 )
 @edge
+@formats("text", "json")
 def diagnose(c, file=None, format="text", kind=None, explain=False):  # type: ignore[no-untyped-def]
     """Paste error text from the field; get the findings, critical first, and the command to run (--explain: the
     runbook). Exit 1 when something is found."""

@@ -16,6 +16,8 @@ around the task:
   system's or the ``-f`` runtime file): one line on stderr, exit 2, instead of Invoke's traceback (exit 1, which the
   tasks use for "findings");
 - Invoke's own parse errors (unknown flag, missing flag value, missing positional): one line, exit 2;
+- ``-h``/``--help`` after a task is that task's help (exit 0), also for a task whose positional is not given yet
+  (Invoke's parser would read the token as FILE, TEMPLATE or HOST);
 - a task whose positional ``file`` is not given while text is piped in reads stdin, as if ``-`` were given; with a
   terminal on stdin it is one line and exit 2 ("give a FILE or pipe the text in");
 - a reader that closes stdout early (``gpufleet --list | head``): quiet, exit 141.
@@ -39,7 +41,7 @@ from invoke.vendor import yaml as invoke_yaml
 
 from remediation.core.exitcodes import ExitCode
 
-__all__ = ["FleetProgram", "main", "program"]
+__all__ = ["FleetProgram", "main", "parse_error_line", "program"]
 
 #: Positional arguments that mean "stdin" when text is piped in and they are not given.
 STDIN_POSITIONALS = frozenset({"file"})
@@ -87,15 +89,34 @@ def _shape_error(config: Any) -> str | None:
     return None
 
 
+def parse_error_line(exc: ParseError, binary: str = "gpufleet") -> str:
+    """Invoke's parse error as one line naming the flag and the task, and where its help is."""
+    import re
+
+    text = _one_line(exc)
+    flag = re.fullmatch(r"Flag <Argument: ([\w-]+)> needed value and was not given one!", text)
+    if flag:
+        text = f"--{flag.group(1).replace('_', '-')} needs a value"
+    unknown = re.fullmatch(r"No idea what '(.*)' is!", text)
+    if unknown:
+        word = unknown.group(1)
+        text = f"unknown flag {word!r}" if word.startswith("-") else f"no task {word!r} (or one argument too many)"
+    positional = re.fullmatch(r"'(.+)' did not receive required positional arguments: (.+)", text)
+    if positional:
+        text = f"{positional.group(1)} needs {positional.group(2).replace(chr(39), '').replace('_', '-').upper()}"
+    context = getattr(exc, "context", None)
+    task = getattr(context, "name", None)
+    where = f"`{binary} --help {task}`" if task else f"`{binary} --help` (tasks: `{binary} --list`)"
+    return f"{text}; see {where}"
+
+
 @contextmanager
 def _edge(config: Any = None) -> Iterator[None]:
     """Invoke's and the config loader's errors as ``Exit(message, code=ExitCode.BAD_INPUT)``; Program prints it."""
     try:
         yield
     except ParseError as exc:
-        raise Exit(
-            f"error: {_one_line(exc)}; see gpufleet --help or gpufleet TASK --help", code=ExitCode.BAD_INPUT
-        ) from None
+        raise Exit(f"error: {parse_error_line(exc)}", code=ExitCode.BAD_INPUT) from None
     except AmbiguousMergeError as exc:
         raise Exit(f"error: {_shape_error(config) or _config_error(exc)}", code=ExitCode.BAD_INPUT) from None
     except _LOAD_ERRORS as exc:
@@ -141,6 +162,11 @@ class FleetProgram(Program):
         self.config.load_project()
 
     def parse_tasks(self) -> None:
+        asked = self._help_asked_for()
+        if asked is not None:
+            self.parser = self._make_parser()
+            self.print_task_help(asked)
+            raise Exit
         with _edge():
             try:
                 super().parse_tasks()
@@ -169,6 +195,20 @@ class FleetProgram(Program):
             return str(super().task_list_opener(extra))
         finally:
             self.namespace = namespace
+
+    def _help_asked_for(self) -> str | None:
+        """The task a ``-h``/``--help`` after it asks help for (``gpufleet diagnose -h``): Invoke's parser would give
+        the token to a positional still missing (FILE, TEMPLATE, HOST) and run the task with it."""
+        tasks = self._task_names()
+        current = None
+        for word in self.core.unparsed:
+            if word == "--":
+                break
+            if word in tasks:
+                current = word
+            elif word in ("-h", "--help") and current is not None:
+                return current
+        return None
 
     def _stdin_for_missing_file(self, exc: ParseError) -> bool:
         """A task missing only its ``file`` while text is piped in: give it ``-`` and parse again (True)."""

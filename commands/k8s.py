@@ -8,7 +8,7 @@ from typing import Any
 
 from invoke import Collection, Exit, task
 
-from commands import edge, project_dir, read_input, settings
+from commands import edge, formats, project_dir, read_input, settings
 from remediation.core.exitcodes import ExitCode
 
 
@@ -76,6 +76,7 @@ def render(c, template, values=None, set=None, kube_version=None, out=None):  # 
     },
 )
 @edge
+@formats("text", "json")
 def diagnose_pending(  # type: ignore[no-untyped-def]
     c,
     events=None,
@@ -161,6 +162,7 @@ def diagnose_pending(  # type: ignore[no-untyped-def]
     },
 )
 @edge
+@formats("text", "json")
 def diagnose_latency(c, snapshot, facts=None, logs=None, metrics=None, format="text"):  # type: ignore[no-untyped-def]
     """Why an inference pod got slow: restarts, cold loads, GPU heat, neighbours. Exit 1 on findings."""
     from remediation.k8s.api import diagnose_latency as run
@@ -209,6 +211,7 @@ def diagnose_latency(c, snapshot, facts=None, logs=None, metrics=None, format="t
     },
 )
 @edge
+@formats("rules", "prometheusrule")
 def alerts(c, format="rules", out=None, temp_c=None, pending_minutes=None, namespace="monitoring"):  # type: ignore[no-untyped-def]
     """Prometheus alert rules: GPU temperature and Xid (DCGM), GPU pods Pending (kube-state-metrics)."""
     from remediation.core.errors import UsageError

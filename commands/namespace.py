@@ -24,7 +24,17 @@ from remediation.config import (
 from remediation.k8s.api import K8sSettings
 from remediation.train.api import TrainSettings
 
-__all__ = ["ns"]
+__all__ = ["long_flags_only", "ns"]
+
+def long_flags_only(collection: Collection) -> None:
+    """Every task of ``collection`` (and its sub-collections) takes long flags only: Invoke's automatic short flag
+    (each flag's first free letter) made ``-h`` mean ``--history``, ``--hosts`` or ``--host`` by task and ``-o``
+    mean ``--format`` or ``--out``; without them ``-h`` is always the program's help."""
+    for task in collection.tasks.values():
+        task.auto_shortflags = False
+    for sub in collection.collections.values():
+        long_flags_only(sub)
+
 
 ns = Collection(demo.demo, audit.diagnose)
 ns.add_collection(audit.ns)
@@ -38,6 +48,7 @@ ns.add_collection(quota.ns)
 ns.add_collection(aks.ns)
 ns.add_collection(train.ns)
 ns.add_collection(remediate.ns)
+long_flags_only(ns)
 ns.configure(
     {
         "ansible": defaults(AnsibleSettings),

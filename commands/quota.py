@@ -7,7 +7,7 @@ from typing import Any
 
 from invoke import Collection, Exit, task
 
-from commands import ask, edge, require_confirmation, settings
+from commands import ask, edge, formats, require_confirmation, settings
 
 _LOCATION = "Azure region, e.g. eastus"
 _SUBSCRIPTION = "subscription id or name (default: the one `az account set` selected)"
@@ -32,6 +32,7 @@ def _settings(c: Any) -> Any:
     },
 )
 @edge
+@formats("table", "json", "prom")
 def show(  # type: ignore[no-untyped-def]
     c, location=None, family=None, threshold=None, format="table", out=None, from_file=None, subscription=None
 ):
@@ -77,6 +78,7 @@ def show(  # type: ignore[no-untyped-def]
     },
 )
 @edge
+@formats("table", "json")
 def plan(  # type: ignore[no-untyped-def]
     c, location=None, vm_size=None, nodes=None, gpus=None, threshold=None, format="table", from_file=None,
     subscription=None, spot=False,
@@ -116,6 +118,7 @@ def plan(  # type: ignore[no-untyped-def]
     },
 )
 @edge
+@formats("table", "json")
 def request(  # type: ignore[no-untyped-def]
     c, location=None, family=None, limit=None, check=False, dry_run=False, yes=False, format="table",
     subscription=None,

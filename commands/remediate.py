@@ -15,6 +15,7 @@ from commands import (
     config_source,
     edge,
     fleet_hosts,
+    formats,
     require_confirmation,
     settings,
     under_project,
@@ -44,6 +45,7 @@ def _settings(c: Any) -> tuple[Any, Path]:
     },
 )
 @edge
+@formats("table", "json")
 @with_collections
 def remediate(  # type: ignore[no-untyped-def]
     c,

@@ -8,7 +8,7 @@ from typing import Any
 
 from invoke import Collection, Exit, task
 
-from commands import FLEET_HELP, audit_options, edge, fleet_hosts, read_input, settings
+from commands import FLEET_HELP, audit_options, edge, fleet_hosts, formats, read_input, settings
 from remediation.core.exitcodes import ExitCode
 
 JOB_HELP = {
@@ -94,6 +94,7 @@ def job_flags(**flags: Any) -> Any:
     }
 )
 @edge
+@formats("table", "json")
 def plan(  # type: ignore[no-untyped-def]
     c,
     model=None,
@@ -164,6 +165,7 @@ def plan(  # type: ignore[no-untyped-def]
     },
 )
 @edge
+@formats("text", "json")
 def diagnose_oom(  # type: ignore[no-untyped-def]
     c,
     file=None,

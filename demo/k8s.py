@@ -42,7 +42,9 @@ def run(ctx: SceneContext) -> bool:
         cluster = scenarios.runbook_cluster()
         with FakeKubeApi(cluster["pods"], cluster["nodes"], cluster["events"]) as api:
             config = kubeconfig(api, workdir / "kubeconfig")
-            console.print(f"$ invoke k8s.diagnose-pending --pod training-job-7b-xyz -n ml-team  (API at {api.url})")
+            console.print(
+                f"$ invoke k8s.diagnose-pending --pod training-job-7b-xyz --namespace ml-team  (API at {api.url})"
+            )
             state = fetch_snapshot("training-job-7b-xyz", "ml-team", str(config))
         first = diagnose_pending("", state)
         print_pending(first, console)

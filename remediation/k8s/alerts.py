@@ -122,7 +122,9 @@ def rule_groups(
                     "labels": {"severity": "warning", "scenario": "S3", "finding": "K8S-PEND-001"},
                     "annotations": {
                         "summary": "The scheduler cannot place GPU pod {{ $labels.namespace }}/{{ $labels.pod }}",
-                        "description": "invoke k8s.diagnose-pending --pod {{ $labels.pod }} -n {{ $labels.namespace }}",
+                        "description": (
+                            "invoke k8s.diagnose-pending --pod {{ $labels.pod }} --namespace {{ $labels.namespace }}"
+                        ),
                     },
                 },
             ],

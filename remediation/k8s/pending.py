@@ -21,7 +21,7 @@ the nodes themselves, so a 1.35 message that hides the taint key still names ``s
 Without a snapshot the verdict is :func:`remediation.k8s.scheduling.text_verdict` of the latest message. When the
 message hides the taint key (1.35+ "untolerated taint(s)") and other nodes lack GPUs, the text cannot tell a missing
 toleration from GPU capacity: the verdict is **ambiguous**, K8S-PEND-001 (with the hint to replay the filters on the
-nodes: ``--pod P -n NS`` or ``--snapshot DIR``) and K8S-PEND-004 are both reported, the toleration first.
+nodes: ``--pod P --namespace NS`` or ``--snapshot DIR``) and K8S-PEND-004 are both reported, the toleration first.
 """
 
 from __future__ import annotations
@@ -315,7 +315,8 @@ def _rule_untolerated_taint(ctx: _Context) -> list[Finding]:
                 if ctx.verdict == AMBIGUOUS
                 else ""
             )
-            + ": run invoke k8s.diagnose-pending --pod P -n NS (live) or --snapshot DIR to name them from the nodes"
+            + ": run invoke k8s.diagnose-pending --pod P --namespace NS (live) or --snapshot DIR to name them from the "
+            "nodes"
         )
     return [make_finding("K8S-PEND-001", summary, _evidence(ctx, ["untolerated_taint"]))]
 
@@ -664,8 +665,8 @@ def diagnose_pending(
         notes.append(
             hidden
             + (": a missing toleration and GPU capacity explain it equally" if verdict == AMBIGUOUS else "")
-            + "; replay the scheduler's filters on the nodes: invoke k8s.diagnose-pending --pod P -n NS (live) "
-            "or --snapshot DIR"
+            + "; replay the scheduler's filters on the nodes: invoke k8s.diagnose-pending --pod P --namespace NS "
+            "(live) or --snapshot DIR"
         )
     capacity: CapacityAdvice | None = None
     at_max = any(m.count("max_group_size") for m in autos) and bool(pools or usages)

@@ -22,7 +22,7 @@ _VERDICT = {
     "capacity": "CAPACITY: the nodes it may use have no room, and the pool cannot add one",
     "node_state": "NODE STATE: the nodes it would use are broken, cordoned or going away",
     "ambiguous": "AMBIGUOUS: the message hides the taint key; a missing toleration or GPU capacity "
-    "(--pod NAME -n NS or --snapshot DIR replays the filters on the nodes and decides)",
+    "(--pod NAME --namespace NS or --snapshot DIR replays the filters on the nodes and decides)",
 }
 
 

@@ -72,7 +72,7 @@ def _invoke(*args: str) -> subprocess.CompletedProcess[str]:
 
 
 def test_task_live_and_json(config: Path) -> None:
-    result = _invoke("k8s.diagnose-pending", "--pod", "training-job-7b-xyz", "-n", "ml-team", "--kubeconfig",
+    result = _invoke("k8s.diagnose-pending", "--pod", "training-job-7b-xyz", "--namespace", "ml-team", "--kubeconfig",
                      str(config), "--format", "json")
     assert result.returncode == 1, result.stderr
     doc = json.loads(result.stdout)
@@ -129,7 +129,7 @@ def test_live_135_dra_cluster_hidden_taint(tmp_path: Path) -> None:
     text_only = diagnose_pending(event)
     assert text_only.verdict == "ambiguous"
     assert [f.id for f in text_only.findings] == ["K8S-PEND-001", "K8S-PEND-004"]
-    assert "--pod P -n NS" in text_only.findings[0].summary
+    assert "--pod P --namespace NS" in text_only.findings[0].summary
     live = diagnose_pending("", state)
     assert live.message is not None and live.message.postfilter == "no new claims to deallocate"
     assert live.message.count("insufficient_gpu") == 9

@@ -107,7 +107,7 @@ def test_hidden_taint_is_ambiguous_with_the_hint() -> None:
     assert facts["verdict"] == "ambiguous"
     assert [f.id for f in findings] == ["K8S-PEND-001", "K8S-PEND-004"]
     hint = findings[0].summary
-    assert "1.35" in hint and "--pod P -n NS" in hint and "--snapshot DIR" in hint
+    assert "1.35" in hint and "--pod P --namespace NS" in hint and "--snapshot DIR" in hint
     assert "K8S-PEND-001" in findings[1].summary
     notes = diagnose_pending(_entries()["E2"]).notes
     assert any("does not name the taint" in n and "--pod" in n for n in notes)

@@ -22,7 +22,7 @@ _S3_SYMPTOMS = (
 _S3_DIAGNOSIS = (
     "- `kubectl describe pod POD -n NS` and read the Events (FailedScheduling), e.g. `0/12 nodes are available: 3 "
     "node(s) had untolerated taint {sku: gpu}, 9 node(s) didn't match Pod's node affinity/selector.`\n"
-    "- `invoke k8s.diagnose-pending --pod POD -n NS` (or `--events FILE`, `--snapshot DIR`): replays the "
+    "- `invoke k8s.diagnose-pending --pod POD --namespace NS` (or `--events FILE`, `--snapshot DIR`): replays the "
     "scheduler's filters on the nodes, names the taint even when the message hides it (1.35+), says constraint, "
     "capacity or node state, and prints the patch\n"
     "- Quota: `az vm list-usage --location eastus -o table | grep -i 'Standard NC\\|Standard ND'` "
