@@ -12,6 +12,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.cli.test_edges_cli import one_error_line as edges_one_error_line
+
 ROOT = Path(__file__).resolve().parents[2]
 INVOKE = [sys.executable, "-m", "invoke"]
 OOM = (
@@ -27,12 +29,7 @@ def invoke(*args: str, stdin: str = "") -> subprocess.CompletedProcess[str]:
 
 def one_error_line(r: subprocess.CompletedProcess[str], *needles: str) -> str:
     assert r.returncode == 2, (r.returncode, r.stderr)
-    assert "Traceback" not in r.stderr, r.stderr
-    lines = r.stderr.splitlines()
-    assert len(lines) == 1 and lines[0].startswith("error: "), r.stderr
-    for needle in needles:
-        assert needle in lines[0], (needle, lines[0])
-    return lines[0]
+    return edges_one_error_line(r, *needles)
 
 
 @pytest.mark.parametrize(

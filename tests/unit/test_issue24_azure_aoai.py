@@ -27,6 +27,7 @@ from remediation.azure.quota import LOW_PRIORITY_VCPUS, check_size, plan, usage_
 from remediation.azure.report import plan_json, pools_json, print_plan, print_pools, print_quota, quota_prometheus
 from remediation.core.exitcodes import ExitCode
 from remediation.core.findings import make_finding
+from tests.unit.test_aoai_analysis import metric
 
 ROOT = Path(__file__).resolve().parents[2]
 # `az vm list-usage --location eastus -o json` (numbers as strings, localName): no H100 NCads v5 row in it
@@ -130,23 +131,6 @@ def test_x_ms_region_keeps_a_display_name_with_spaces() -> None:
 # --- 3. aoai.diagnose says unknown, never 0 ------------------------------------------------------------------
 
 
-def _metric(name: str, points: list[tuple[int, float]], **dims: str) -> dict[str, Any]:
-    return {
-        "id": f"/subscriptions/s/resourceGroups/rg/providers/Microsoft.CognitiveServices/accounts/a/providers/"
-        f"Microsoft.Insights/metrics/{name}",
-        "type": "Microsoft.Insights/metrics",
-        "name": {"value": name, "localizedValue": name},
-        "unit": "Count",
-        "timeseries": [{
-            "metadatavalues": [
-                {"name": {"value": k.lower(), "localizedValue": k}, "value": v} for k, v in dims.items()
-            ],
-            "data": [{"timeStamp": f"2024-07-15T08:{m:02d}:00Z", "total": v} for m, v in points],
-        }],
-        "errorCode": "Success",
-    }
-
-
 def _export(*metrics: dict[str, Any]) -> str:
     return json.dumps({"cost": 0, "timespan": "2024-07-15T08:00:00Z/2024-07-15T08:10:00Z", "interval": "PT1M",
                        "value": list(metrics), "namespace": "Microsoft.CognitiveServices/accounts",
@@ -154,7 +138,7 @@ def _export(*metrics: dict[str, Any]) -> str:
 
 
 def test_tokens_only_export_has_no_answer_counts() -> None:
-    export = _export(_metric("TokenTransaction", [(m, 79_000.0) for m in range(4)], ModelDeploymentName="gpt-4o"))
+    export = _export(metric("TokenTransaction", [(m, 79_000.0) for m in range(4)], ModelDeploymentName="gpt-4o"))
     result = analyse(export, S, source="m.json")
     facts = result.facts
     assert (facts["answers"], facts["throttled"], facts["share_429_pct"]) == (None, None, None)
@@ -175,8 +159,8 @@ def test_tokens_only_export_has_no_answer_counts() -> None:
 
 def test_requests_only_export_has_no_token_counts() -> None:
     export = _export(
-        _metric("AzureOpenAIRequests", [(m, 100.0) for m in range(3)], StatusCode="200"),
-        _metric("AzureOpenAIRequests", [(1, 40.0)], StatusCode="429"),
+        metric("AzureOpenAIRequests", [(m, 100.0) for m in range(3)], StatusCode="200"),
+        metric("AzureOpenAIRequests", [(1, 40.0)], StatusCode="429"),
     )
     result = analyse(export, S, tpm_limit=80_000, source="m.json")
     facts = result.facts
