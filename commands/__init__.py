@@ -16,7 +16,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar
 
-from invoke import Exit
+from invoke import Argument, Exit, Task
 
 from remediation.core.exitcodes import ExitCode
 
@@ -55,6 +55,72 @@ def formats(*allowed: str) -> Callable[[F], F]:
             return func(*args, **kwargs)
 
         wrapper.formats = allowed  # type: ignore[attr-defined]
+        return wrapper  # type: ignore[return-value]
+
+    return decorate
+
+
+class WholeNumberArgument(Argument):
+    """A flag whose value is a whole number: ``--batch=INT`` in the help (Invoke names the value by the argument's
+    kind), while the text is handed to the task as given, which types it and says what is wrong in one line (exit 2):
+    Invoke's own cast would end ``--batch abc`` in a traceback."""
+
+    def set_value(self, value: Any, cast: bool = True) -> None:
+        super().set_value(value, cast=False)
+
+
+class NumbersTask(Task[Any]):
+    """A task (``@task(klass=NumbersTask, numbers=(...))``) whose ``numbers`` flags are whole numbers in its help
+    (:class:`WholeNumberArgument`); everything else is Invoke's :class:`~invoke.Task`."""
+
+    def __init__(self, *args: Any, numbers: tuple[str, ...] = (), **kwargs: Any) -> None:
+        self.numbers = frozenset(numbers)
+        super().__init__(*args, **kwargs)
+
+    def get_arguments(self, ignore_unknown_help: bool | None = None) -> list[Argument]:
+        arguments: list[Argument] = super().get_arguments(ignore_unknown_help)
+        unknown = self.numbers - {a.name for a in arguments}
+        if unknown:
+            raise ValueError(f"numbers names no flag of {self.name}: {sorted(unknown)}")
+        return [
+            WholeNumberArgument(
+                names=a.names, kind=int, default=a.default, help=a.help, positional=a.positional,
+                optional=a.optional, incrementable=a.incrementable, attr_name=a.attr_name,
+            )
+            if a.name in self.numbers
+            else a
+            for a in arguments
+        ]
+
+
+def format_help(*allowed: str, **notes: str) -> str:
+    """The help of a task's ``--format``, worded alike on every task: the names it takes (:func:`formats`), the first
+    the default, ``text or table`` for the human-readable output (two names of one output), a note per name."""
+    parts = []
+    for index, name in enumerate(allowed):
+        label = "text or table" if name in TEXT_FORMATS else name
+        extras = [note for note in ("the default" if index == 0 else "", notes.get(name, "")) if note]
+        parts.append(f"{label} ({'; '.join(extras)})" if extras else label)
+    return " | ".join(parts)
+
+
+def renamed(**old_to_new: str) -> Callable[[F], F]:
+    """Flags a task took under another name, kept only to say so: ``@renamed(limit="vcpus")`` refuses ``--limit N``
+    with one line naming ``--vcpus`` (UsageError, exit 2, under :func:`edge`). The names are kept on the body as
+    ``renamed`` (tests/cli checks the README's flag table without them)."""
+
+    def decorate(func: F) -> F:
+        @functools.wraps(func)
+        def wrapper(*args: Any, **kwargs: Any) -> Any:
+            from remediation.core.errors import UsageError
+
+            for old, new in old_to_new.items():
+                if kwargs.get(old) is not None:
+                    flag, to = old.replace("_", "-"), new.replace("_", "-")
+                    raise UsageError(f"--{flag} is now --{to} on this task: give --{to} {kwargs[old]}")
+            return func(*args, **kwargs)
+
+        wrapper.renamed = dict(old_to_new)  # type: ignore[attr-defined]
         return wrapper  # type: ignore[return-value]
 
     return decorate
@@ -117,6 +183,16 @@ def _task_help() -> None:
         if any(isinstance(value, str) and value in HELP_FLAGS for value in given):
             program.print_task_help(context.name)
             raise Exit(code=ExitCode.OK)
+
+
+def required_flags(task: str, **flags: Any) -> None:
+    """Flags a task needs, taken as flags rather than a second positional (with two, Invoke's parser gives ``-h`` to
+    the first and fails on the second before the task's help): one line naming the missing ones (exit 2)."""
+    from remediation.core.errors import UsageError
+
+    missing = [f"--{name.replace('_', '-')}" for name, value in flags.items() if value in (None, "")]
+    if missing:
+        raise UsageError(f"{task} needs {' and '.join(missing)}; see `gpufleet --help {task}`")
 
 
 def require_confirmation(what: str, *, check: bool, yes: bool, preview: str) -> None:
@@ -284,9 +360,13 @@ def read_input(file: str | None, task: str = "diagnose") -> tuple[str, str]:
 
     if not file:
         if sys.stdin is None or sys.stdin.isatty():
-            raise UsageError(f"no input: give a FILE, or pipe the text in (... | invoke {task} -)")
+            from commands.cli import no_input_line
+
+            raise UsageError(no_input_line(task))
         file = "-"
     if file == "-":
+        if sys.stdin is not None and sys.stdin.isatty():
+            print("reading the text from the terminal: paste it, then Ctrl-D", file=sys.stderr)
         stream = getattr(sys.stdin, "buffer", None)
         data = stream.read() if stream is not None else sys.stdin.read().encode("utf-8", "replace")
         return data.decode("utf-8", errors="replace"), "<stdin>"

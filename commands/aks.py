@@ -6,14 +6,14 @@ from typing import Any
 
 from invoke import Collection, Exit, task
 
-from commands import edge, formats, settings
+from commands import edge, format_help, formats, settings
 
 
 @task(
     help={
         "cluster": "the AKS cluster name",
         "resource_group": "its resource group",
-        "format": "table | json",
+        "format": format_help("table", "json"),
         "subscription": "subscription id or name (default: the one `az account set` selected)",
     },
 )

@@ -6,7 +6,7 @@ from typing import Any
 
 from invoke import Collection, Exit, task
 
-from commands import edge, formats, read_input, settings, shown
+from commands import edge, format_help, formats, read_input, required_flags, settings, shown
 from remediation.core.exitcodes import ExitCode
 
 
@@ -45,7 +45,7 @@ def _write(out: str | None, content: str) -> None:
     help={
         "file": "the client's request log (JSON lines), a response log (JSON lines with status, headers, usage) or "
         "an Azure Monitor metrics export (az monitor metrics list ... --output json); - for stdin",
-        "format": "text or json",
+        "format": format_help("text", "json"),
         "tpm_limit": "the deployment's tokens-per-minute quota (default aoai.tpm_limit) for peak-vs-limit",
         "deployment": "only this deployment (ModelDeploymentName)",
     },
@@ -81,12 +81,18 @@ def diagnose(c, file=None, format="text", tpm_limit=None, deployment=None):  # t
     }
 )
 @edge
-def alerts(c, account_id, deployment, tpm_limit=None, action_group="", out=None):  # type: ignore[no-untyped-def]
-    """Azure Monitor alerts at 80% of TPM and on 429s: the parameters file for templates/azure/."""
+def alerts(  # type: ignore[no-untyped-def]
+    c, account_id=None, deployment=None, tpm_limit=None, action_group="", out=None
+):
+    """Azure Monitor alerts at 80% of TPM and on 429s: the parameters file for templates/azure/.
+
+    --account-id and --deployment are required. Exit codes: 0, or 2 for a bad or missing value.
+    """
     import sys
 
     from remediation.aoai.api import ALERTS_FILE, TEMPLATES, alert_parameters, render_json
 
+    required_flags("aoai.alerts", account_id=account_id, deployment=deployment)
     cfg = _cfg(c)
     limit = _number("--tpm-limit", tpm_limit if tpm_limit is not None else cfg.tpm_limit)
     params = alert_parameters(account_id, deployment, limit, cfg, action_group)
@@ -109,12 +115,18 @@ def alerts(c, account_id, deployment, tpm_limit=None, action_group="", out=None)
     }
 )
 @edge
-def apim(c, apim, primary_url, secondary_url, api="azure-openai", out=None):  # type: ignore[no-untyped-def]
-    """APIM backend pool (two deployments, circuit breakers honouring Retry-After): the parameters file."""
+def apim(  # type: ignore[no-untyped-def]
+    c, apim=None, primary_url=None, secondary_url=None, api="azure-openai", out=None
+):
+    """APIM backend pool (two deployments, circuit breakers honouring Retry-After): the parameters file.
+
+    --apim, --primary-url and --secondary-url are required. Exit codes: 0, or 2 for a bad or missing value.
+    """
     import sys
 
     from remediation.aoai.api import APIM_FILE, TEMPLATES, apim_parameters, render_json
 
+    required_flags("aoai.apim", apim=apim, primary_url=primary_url, secondary_url=secondary_url)
     _write(out, render_json(apim_parameters(apim, primary_url, secondary_url, api)))
     template = shown(TEMPLATES / APIM_FILE)
     print(

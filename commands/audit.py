@@ -8,7 +8,17 @@ from typing import Any
 
 from invoke import Collection, Exit, task
 
-from commands import FLEET_HELP, audit_options, edge, fleet_hosts, formats, read_input, settings, under_project
+from commands import (
+    FLEET_HELP,
+    audit_options,
+    edge,
+    fleet_hosts,
+    format_help,
+    formats,
+    read_input,
+    settings,
+    under_project,
+)
 from remediation.core.exitcodes import ExitCode
 
 
@@ -17,7 +27,9 @@ from remediation.core.exitcodes import ExitCode
     default=True,
     help={
         **FLEET_HELP,
-        "format": "table | json | junit | prom | md",
+        "format": format_help(
+            "table", "json", "junit", "prom", "md", junit="CI", prom="node_exporter textfile", md="a ticket"
+        ),
         "out": "write the report to this file instead of stdout",
         "fail_on": "warning | critical: exit 1 when a finding is at or above it (default from config: critical)",
         "concurrency": "hosts probed at once",
@@ -91,7 +103,7 @@ def audit(  # type: ignore[no-untyped-def]
     help={
         "file": "file with the text to triage (nvidia-smi output, kernel log, apt history or unattended-upgrades log, "
         "dkms output, ...); - for stdin",
-        "format": "text | json",
+        "format": format_help("text", "json"),
         "kind": "read the whole text as this one kind (no split of a paste into its parts)",
         "explain": "text: each finding with its full runbook (default: brief, the finding, its evidence and the "
         "one command to run)",

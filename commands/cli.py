@@ -19,7 +19,7 @@ around the task:
 - ``-h``/``--help`` after a task is that task's help (exit 0), also for a task whose positional is not given yet
   (Invoke's parser would read the token as FILE, TEMPLATE or HOST);
 - a task whose positional ``file`` is not given while text is piped in reads stdin, as if ``-`` were given; with a
-  terminal on stdin it is one line and exit 2 ("give a FILE or pipe the text in");
+  terminal on stdin it is one line and exit 2 (:func:`no_input_line`: a FILE, ``-`` or piped text), never a wait;
 - a reader that closes stdout early (``gpufleet --list | head``): quiet, exit 141.
 
 Plain ``invoke`` keeps working; the tasks' own edge (:func:`commands.edge`) already covers errors inside a task.
@@ -41,7 +41,7 @@ from invoke.vendor import yaml as invoke_yaml
 
 from remediation.core.exitcodes import ExitCode
 
-__all__ = ["FleetProgram", "main", "parse_error_line", "program"]
+__all__ = ["FleetProgram", "main", "no_input_line", "parse_error_line", "program"]
 
 #: Positional arguments that mean "stdin" when text is piped in and they are not given.
 STDIN_POSITIONALS = frozenset({"file"})
@@ -217,10 +217,7 @@ class FleetProgram(Program):
         if context is None or not missing or not missing <= STDIN_POSITIONALS:
             return False
         if sys.stdin is None or sys.stdin.isatty():
-            pipe = f"... | {self.name} {context.name} -"
-            raise Exit(
-                f"error: {context.name}: no input: give a FILE, or pipe the text in ({pipe})", code=ExitCode.BAD_INPUT
-            )
+            raise Exit(f"error: {no_input_line(context.name, self.name)}", code=ExitCode.BAD_INPUT)
         names = {context.name, *context.aliases}
         unparsed = self.core.unparsed
         at = next((i for i, token in enumerate(unparsed) if token in names), None)
@@ -237,6 +234,14 @@ class FleetProgram(Program):
             names.add(str(context.name))
             names.update(context.aliases)
         return names
+
+
+def no_input_line(task: str, binary: str = "gpufleet") -> str:
+    """What a task reading text says when it was given no FILE and stdin is a terminal (nothing piped in)."""
+    return (
+        f"{task}: no input: give a FILE, - to read stdin (paste, then Ctrl-D), or pipe the text in "
+        f"(... | {binary} {task})"
+    )
 
 
 def project_dir(config: Any) -> Path | None:

@@ -8,7 +8,7 @@ from typing import Any
 
 from invoke import Collection, Exit, task
 
-from commands import edge, formats, project_dir, read_input, settings
+from commands import edge, format_help, formats, project_dir, read_input, settings
 from remediation.core.exitcodes import ExitCode
 
 
@@ -72,7 +72,7 @@ def render(c, template, values=None, set=None, kube_version=None, out=None):  # 
         "cluster": "AKS cluster name for the commands printed",
         "resource_group": "its resource group, for the commands printed",
         "location": "Azure region, for the commands printed (default: the nodes' region label)",
-        "format": "text | json",
+        "format": format_help("text", "json"),
     },
 )
 @edge
@@ -158,7 +158,7 @@ def diagnose_pending(  # type: ignore[no-untyped-def]
         "facts": "the audit's JSON (invoke audit --format json) with the pod's node (default: SNAPSHOT/facts.json)",
         "logs": "model server log (default: every file in SNAPSHOT/logs/)",
         "metrics": "cAdvisor metrics text (default: SNAPSHOT/metrics.prom)",
-        "format": "text | json",
+        "format": format_help("text", "json"),
     },
 )
 @edge
@@ -203,7 +203,9 @@ def diagnose_latency(c, snapshot, facts=None, logs=None, metrics=None, format="t
 
 @task(
     help={
-        "format": "rules (a Prometheus rule file) | prometheusrule (Prometheus Operator object)",
+        "format": format_help(
+            "rules", "prometheusrule", rules="a Prometheus rule file", prometheusrule="a Prometheus Operator object"
+        ),
         "out": "write the rules to this file instead of stdout",
         "temp_c": "GPU temperature alert threshold in °C (default k8s.gpu_temp_alert_c: 78)",
         "pending_minutes": "alert on GPU pods Pending longer than this (default k8s.pending_alert_minutes)",

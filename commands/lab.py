@@ -6,7 +6,7 @@ from typing import Any
 
 from invoke import Collection, task
 
-from commands import edge, project_dir
+from commands import edge, project_dir, required_flags
 
 FAULTS = (
     "kernel-upgrade",
@@ -87,9 +87,11 @@ def reboot(c, host, no_wait=False):  # type: ignore[no-untyped-def]
 
 @task(help={"host": "lab host, e.g. gpu-2", "fault": "one of: " + ", ".join(FAULTS)})
 @edge
-def fault(c, host, fault):  # type: ignore[no-untyped-def]
-    """Give a lab host a fault with the symptoms a real GPU VM shows."""
+def fault(c, host=None, fault=None):  # type: ignore[no-untyped-def]
+    """Give a lab host a fault with the symptoms a real GPU VM shows (--host and --fault are required)."""
     from lab.faults import inject
+
+    required_flags("lab.fault", host=host, fault=fault)
 
     result = inject(the_lab(c), host, fault)
     print(f"{result.host}: {result.fault}: {result.detail}")

@@ -7,7 +7,7 @@ from typing import Any
 
 from invoke import Collection, Exit, task
 
-from commands import ask, edge, formats, require_confirmation, settings
+from commands import NumbersTask, ask, edge, format_help, formats, renamed, require_confirmation, settings
 
 _LOCATION = "Azure region, e.g. eastus"
 _SUBSCRIPTION = "subscription id or name (default: the one `az account set` selected)"
@@ -25,7 +25,7 @@ def _settings(c: Any) -> Any:
         "location": _LOCATION,
         "family": "only this quota family (e.g. standardNCADSA100v4Family; case-insensitive)",
         "threshold": "flag quotas at or above this percent of their limit (default azure.threshold_pct, 80)",
-        "format": "table | json | prom (node_exporter textfile, joins the audit's gpufleet.prom)",
+        "format": format_help("table", "json", "prom", prom="node_exporter textfile, joins the audit's gpufleet.prom"),
         "out": "write the report here (atomically) instead of stdout",
         "from_file": _FROM_FILE,
         "subscription": _SUBSCRIPTION,
@@ -70,7 +70,7 @@ def show(  # type: ignore[no-untyped-def]
         "nodes": "how many more nodes (VMs)",
         "gpus": "or: how many more GPUs (rounded up to whole VMs)",
         "threshold": "percent to stay under when suggesting a limit with headroom (default 80)",
-        "format": "table | json",
+        "format": format_help("table", "json"),
         "from_file": _FROM_FILE,
         "subscription": _SUBSCRIPTION,
         "spot": "Spot VMs (an AKS pool with scaleSetPriority: Spot): weigh them against the regional low-priority"
@@ -106,22 +106,26 @@ def plan(  # type: ignore[no-untyped-def]
 
 
 @task(
+    klass=NumbersTask,
+    numbers=("vcpus",),
     help={
         "location": _LOCATION,
         "family": "the quota family, e.g. standardNCADSA100v4Family (cores: the regional vCPU total)",
-        "limit": "the new TOTAL limit in vCPUs (not an increment)",
+        "vcpus": "the family's new TOTAL vCPU limit, a whole number (not an increment)",
+        "limit": "renamed --vcpus (--limit is the fleet's host pattern on every other task): refused, exit 2",
         "check": "show what would be requested, then stop: nothing is sent but reads (--dry-run is an alias)",
         "dry_run": "alias of --check",
         "yes": "request without asking",
-        "format": "table | json",
+        "format": format_help("table", "json"),
         "subscription": _SUBSCRIPTION,
     },
 )
 @edge
+@renamed(limit="vcpus")
 @formats("table", "json")
 def request(  # type: ignore[no-untyped-def]
-    c, location=None, family=None, limit=None, check=False, dry_run=False, yes=False, format="table",
-    subscription=None,
+    c, location=None, family=None, vcpus=None, check=False, dry_run=False, yes=False, format="table",
+    subscription=None, limit=None,
 ):
     """Ask Azure for a higher GPU quota (Microsoft.Quota), wait for the answer; nothing sent when it is enough.
 
@@ -141,7 +145,7 @@ def request(  # type: ignore[no-untyped-def]
         report.print_request(console, pending)
         return ask(f"request a new {pending.family} limit of {pending.requested} in {pending.location}")
 
-    result = quota_request(_settings(c), location=location, family=family, limit=limit, check=check,
+    result = quota_request(_settings(c), location=location, family=family, limit=vcpus, check=check,
                            confirm=confirm, subscription=subscription)
     if fmt == "json":
         print(report.request_json(result))

@@ -8,7 +8,17 @@ from typing import Any
 
 from invoke import Collection, Exit, task
 
-from commands import FLEET_HELP, audit_options, edge, fleet_hosts, formats, read_input, settings
+from commands import (
+    FLEET_HELP,
+    NumbersTask,
+    audit_options,
+    edge,
+    fleet_hosts,
+    format_help,
+    formats,
+    read_input,
+    settings,
+)
 from remediation.core.exitcodes import ExitCode
 
 JOB_HELP = {
@@ -23,9 +33,9 @@ JOB_HELP = {
     "optimizer": "adamw | adamw-8bit | sgd | sgd-momentum",
     "fused": "AdamW with fused=True (no copy of v during the step)",
     "method": "full | lora | qlora",
-    "lora_r": "LoRA rank (default train.lora_r)",
+    "lora_r": "LoRA rank, a whole number (default train.lora_r)",
     "lora_targets": "LoRA target modules, comma-separated (q_proj,v_proj; all-linear); default: peft's for the model",
-    "lora_dropout": "LoRA dropout (default train.lora_dropout)",
+    "lora_dropout": "LoRA dropout, a number from 0 to 1 (default train.lora_dropout)",
     "batch": "per_device_train_batch_size, a whole number (default 1)",
     "seq_len": "tokens per sequence (the longest the job will see), a whole number (default 2048)",
     "grad_accum": "gradient_accumulation_steps, a whole number (default 1)",
@@ -35,6 +45,8 @@ JOB_HELP = {
     "3 (+parameters)",
     "attention": "flash (FlashAttention/SDPA, default) | eager (s^2 attention scores)",
 }
+#: The job flags that are whole numbers: INT in the help (:class:`commands.NumbersTask`), typed by :func:`job_flags`.
+WHOLE_NUMBERS = ("lora_r", "batch", "seq_len", "grad_accum", "gpus", "zero_stage")
 
 
 def typed_number(flag: str, value: Any, kind: type) -> Any:
@@ -85,12 +97,14 @@ def job_flags(**flags: Any) -> Any:
 
 
 @task(
+    klass=NumbersTask,
+    numbers=WHOLE_NUMBERS,
     help={
         **JOB_HELP,
         "from_host": "read the GPU capacity from this host's NVML facts (one audit probe, read-only)",
         "fleet": FLEET_HELP["fleet"],
         "inventory": FLEET_HELP["inventory"],
-        "format": "table | json",
+        "format": format_help("table", "json"),
     }
 )
 @edge
@@ -156,11 +170,13 @@ def plan(  # type: ignore[no-untyped-def]
 
 
 @task(
+    klass=NumbersTask,
+    numbers=WHOLE_NUMBERS,
     name="diagnose-oom",
     positional=["file"],
     help={
         "file": "text with the OOM message (a training log, a traceback, a pasted issue); - or nothing for stdin",
-        "format": "text | json",
+        "format": format_help("text", "json"),
         **{k: f"(plan) {v}" for k, v in JOB_HELP.items()},
     },
 )
@@ -219,13 +235,15 @@ def diagnose_oom(  # type: ignore[no-untyped-def]
 
 
 @task(
+    klass=NumbersTask,
+    numbers=("count",),
     help={
         "host": "the host to sample (a name from the fleet's inventory)",
         "fleet": FLEET_HELP["fleet"],
         "inventory": FLEET_HELP["inventory"],
-        "interval": "seconds between samples (default train.monitor_interval, 5)",
-        "count": "samples to take (default train.monitor_count)",
-        "duration": "seconds to sample for, instead of --count",
+        "interval": "seconds between samples, a number (default train.monitor_interval, 5)",
+        "count": "samples to take, a whole number (default train.monitor_count)",
+        "duration": "seconds to sample for (a number), instead of --count",
         "out": "append the CSV here (default: stdout)",
     }
 )

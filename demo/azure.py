@@ -65,11 +65,11 @@ def run(ctx: SceneContext) -> bool:
             console.print(Rule("4. three more A100 nodes: what to ask for"))
             rc, out = _invoke(ctx, env, ["quota.plan", "--location", "eastus", "--vm-size",
                                          "Standard_NC24ads_A100_v4", "--nodes", "3"])
-            checks.append(rc == 1 and "--limit 144" in out)
+            checks.append(rc == 1 and "--vcpus 144" in out)
 
             console.print(Rule("5. the request: --check first, then for real"))
             request = ["quota.request", "--location", "eastus", "--family", "standardNCADSA100v4Family",
-                       "--limit", "144"]
+                       "--vcpus", "144"]
             rc, out = _invoke(ctx, env, [*request, "--check"])
             checks.append(rc == 0 and '"value": 144' in out)
             rc, out = _invoke(ctx, env, [*request, "--yes"])
@@ -79,7 +79,7 @@ def run(ctx: SceneContext) -> bool:
             service.script_quota(QuotaScript("Failed", polls=1, code="ContactSupport",
                                              message="Request failed, please contact support."))
             rc, out = _invoke(ctx, env, ["quota.request", "--location", "eastus", "--family", "standardNDSv2Family",
-                                         "--limit", "96", "--yes"])
+                                         "--vcpus", "96", "--yes"])
             puts = [r for r in service.arm_requests() if r.method == "PUT" and "standardNDSv2Family" in r.path]
             checks.append(rc == 5 and "open a support request" in out and len(puts) == 1)
             leaked = any(secret in out for secret in (service.token, service.client_secret))

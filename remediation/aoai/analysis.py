@@ -124,7 +124,7 @@ def analyse(
     limit = settings.tpm_limit if tpm_limit is None else tpm_limit
     stripped = text.strip()
     if not stripped:
-        raise AoaiError(f"{source}: nothing to diagnose: the input is empty")
+        raise AoaiError(f"nothing to diagnose: {source} is empty")
     document: Any = None
     if stripped.startswith("{") and "\n{" not in stripped:
         try:

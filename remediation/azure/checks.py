@@ -61,7 +61,7 @@ def quota_findings(rows: Iterable[QuotaUsage], threshold_pct: float, location: s
         evidence = (f"{u.localized} ({u.name}) in {where}: {u.current} of {u.limit} vCPUs used"
                     f" ({_pct(u)}; threshold {threshold_pct:.0f} %)",)
         request = (f"invoke quota.request --location {_location(location)} --family {u.name}"
-                   f" --limit {_under_threshold(u, threshold_pct)}")
+                   f" --vcpus {_under_threshold(u, threshold_pct)}")
         if u.is_regional:
             finding = make_finding("AZ-QUOTA-002", f"regional vCPU quota {_pct(u)} used in {where}", evidence)
             out.append(replace(finding, remedy=f"{request} (under {threshold_pct:g} % at today's usage)"))
@@ -127,7 +127,7 @@ def pool_findings(
         else:
             what = h.usage.name
         request = (f"invoke quota.request --location {_location(location)} --family {h.usage.name}"
-                   f" --limit {h.new_total}")
+                   f" --vcpus {h.new_total}")
         finding = make_finding(
             "AZ-QUOTA-003",
             f"scaling {', '.join(h.pools)} to maxCount needs {h.needed} vCPUs of {what}; only {h.usage.free} left",

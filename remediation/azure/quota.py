@@ -194,13 +194,13 @@ def check_family(name: str | None) -> str | None:
 
 
 def check_limit(value: Any) -> int:
-    """``--limit`` as a whole number >= 0; bad input otherwise."""
+    """``--vcpus`` (quota.request) as a whole number >= 0; bad input otherwise."""
     text = str(value).strip() if value is not None else ""
     if not text.lstrip("-").isdigit():
-        raise AzureInputError(f"--limit {value!r} is not a whole number: give the new total limit in vCPUs, e.g. 48")
+        raise AzureInputError(f"--vcpus {value!r} is not a whole number: give the new total limit in vCPUs, e.g. 48")
     limit = int(text)
     if limit < 0:
-        raise AzureInputError(f"--limit {limit} is negative: give the new total limit in vCPUs, e.g. 48")
+        raise AzureInputError(f"--vcpus {limit} is negative: give the new total limit in vCPUs, e.g. 48")
     return limit
 
 
@@ -464,7 +464,7 @@ def request_quota(
     base = QuotaRequestResult(sub, location, usage.name, usage.current, usage.limit, limit, "check")
     if limit < usage.current:
         raise AzureInputError(
-            f"--limit {limit} is below the current usage of {usage.name} in {location} ({usage.current} vCPUs in use):"
+            f"--vcpus {limit} is below the current usage of {usage.name} in {location} ({usage.current} vCPUs in use):"
             f" a new total must be at least {usage.current}; nothing was requested"
         )
     if usage.limit >= limit:

@@ -169,7 +169,7 @@ def print_plan(console: Console, p: QuotaPlan) -> None:
         if n.known and not n.fits:
             console.print(
                 f"request: invoke quota.request --location {p.location or '<location>'} --family {n.usage.name}"
-                f" --limit {n.new_total}   (to stay under {p.threshold_pct:g} %: --limit"
+                f" --vcpus {n.new_total}   (to stay under {p.threshold_pct:g} %: --vcpus"
                 f" {n.headroom_limit(p.threshold_pct)})",
                 highlight=False, markup=False,
             )

@@ -113,7 +113,7 @@ def diagnose(text: str, kind: str | None = None, source: str = "<text>") -> Diag
     """
     check_size(text, source)
     if not text or not text.strip():
-        raise ParseError(f"{source}: nothing to diagnose: the input is empty")
+        raise ParseError(f"nothing to diagnose: {source} is empty")
     parts: list[paste.Part] = []
     if kind is None:
         by_kind = scores(text)

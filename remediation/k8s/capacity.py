@@ -242,7 +242,7 @@ def advise(
             row = usage if usage is not None and usage.name == name else regional
             if row is not None and needed is not None:
                 request = row.current + needed
-                commands.append(f"invoke quota.request --location {where} --family {name} --limit {request}")
+                commands.append(f"invoke quota.request --location {where} --family {name} --vcpus {request}")
     if not raise_ and chosen is not None and usage is not None:
         lines.append(
             "neither maxCount nor the quota is the limit: look at the cluster autoscaler's events "

@@ -190,7 +190,7 @@ def diagnose_oom(
 
     check_size(text, source, TrainError)
     if not text.strip():
-        raise TrainError(f"{source}: nothing to diagnose: the input is empty")
+        raise TrainError(f"nothing to diagnose: {source} is empty")
     report = oom_mod.parse(text)
     facts = oom_mod.facts(report)
     job_plan = None

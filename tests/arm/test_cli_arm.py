@@ -69,7 +69,7 @@ def test_plan_from_gpus(arm: ArmService, az_configs: AzConfigs, tls: TlsFiles) -
 def test_request_contact_support_exit_5(arm: ArmService, az_configs: AzConfigs, tls: TlsFiles) -> None:
     arm.script_quota(QuotaScript("Failed", polls=1, code="ContactSupport", message="Request failed, please contact"
                                  " support."))
-    run = invoke(["quota.request", "--location", "eastus", "--family", "standardNDSv2Family", "--limit", "96",
+    run = invoke(["quota.request", "--location", "eastus", "--family", "standardNDSv2Family", "--vcpus", "96",
                   "--yes"], az_configs.logged_in, tls)
     assert run.rc == 5, run.err
     assert len(run.errors) == 1 and "open a support request" in run.errors[0]
@@ -77,14 +77,14 @@ def test_request_contact_support_exit_5(arm: ArmService, az_configs: AzConfigs, 
 
 
 def test_request_succeeds_from_the_cli(arm: ArmService, az_configs: AzConfigs, tls: TlsFiles) -> None:
-    run = invoke(["quota.request", "--location", "eastus", "--family", "standardncadsa100v4family", "--limit", "144",
+    run = invoke(["quota.request", "--location", "eastus", "--family", "standardncadsa100v4family", "--vcpus", "144",
                   "--yes"], az_configs.logged_in, tls)
     assert run.rc == 0, run.err
     assert "request for 144 succeeded; limit now 144" in " ".join(run.out.split())
 
 
 def test_request_without_a_terminal_needs_yes(arm: ArmService, az_configs: AzConfigs, tls: TlsFiles) -> None:
-    run = invoke(["quota.request", "--location", "eastus", "--family", "standardNDSv2Family", "--limit", "96"],
+    run = invoke(["quota.request", "--location", "eastus", "--family", "standardNDSv2Family", "--vcpus", "96"],
                  az_configs.logged_in, tls)
     assert run.rc == 2 and "pass --yes, or --check" in run.errors[0]
     assert arm.arm_requests() == []
@@ -110,10 +110,10 @@ BAD_INPUT = [
     ("unknown-location", ["quota.show", "--location", "eastus9"], "logged_in", "unknown Azure location 'eastus9'"),
     ("unknown-family", ["quota.show", "--location", "eastus", "--family", "standardFooFamily"], "logged_in",
      "unknown quota family 'standardFooFamily'"),
-    ("non-integer-limit", ["quota.request", "--location", "eastus", "--family", "standardNDSv2Family", "--limit",
-                           "4.5", "--yes"], "logged_in", "--limit '4.5' is not a whole number"),
-    ("negative-limit", ["quota.request", "--location", "eastus", "--family", "standardNDSv2Family", "--limit=-8",
-                        "--yes"], "logged_in", "--limit -8 is negative"),
+    ("non-integer-limit", ["quota.request", "--location", "eastus", "--family", "standardNDSv2Family", "--vcpus",
+                           "4.5", "--yes"], "logged_in", "--vcpus '4.5' is not a whole number"),
+    ("negative-limit", ["quota.request", "--location", "eastus", "--family", "standardNDSv2Family", "--vcpus=-8",
+                        "--yes"], "logged_in", "--vcpus -8 is negative"),
 ]
 
 

@@ -17,5 +17,5 @@ def test_azure_scene_shows_what_it_should() -> None:
     assert SCENE.run(ctx) is True, buffer.getvalue()[-3000:]
     text = buffer.getvalue()
     TRANSCRIPT.append(text)
-    assert "$ invoke quota.request --location eastus --family standardNDSv2Family --limit 96 --yes" in text
+    assert "$ invoke quota.request --location eastus --family standardNDSv2Family --vcpus 96 --yes" in text
     assert "(exit 5)" in text

@@ -43,7 +43,7 @@ def test_spot_pool_headroom_comes_from_low_priority_cores(arm: ArmService) -> No
     quota = [f for f in report.findings if f.id == "AZ-QUOTA-003"]
     assert len(quota) == 1 and "lowPriorityCores" in quota[0].summary
     remedy = quota[0].evidence[1]
-    assert remedy == "request: invoke quota.request --location eastus --family lowPriorityCores --limit 88"
+    assert remedy == "request: invoke quota.request --location eastus --family lowPriorityCores --vcpus 88"
 
     # The printed remedy works: the same Quota_CreateOrUpdate, resourceName lowPriorityCores, body checked by the spec.
     arm.script_quota(QuotaScript("Succeeded", polls=1))
@@ -110,5 +110,5 @@ def test_quota_plan_spot_from_the_cli(arm: ArmService, az_configs: AzConfigs, tl
     table = invoke(["quota.plan", "--location", "eastus", "--vm-size", "Standard_NC24ads_A100_v4", "--nodes", "2",
                     "--spot"], az_configs.logged_in, tls)
     assert table.rc == 1, table.err
-    assert "request: invoke quota.request --location eastus --family lowPriorityCores --limit 88 " in table.out
+    assert "request: invoke quota.request --location eastus --family lowPriorityCores --vcpus 88 " in table.out
     assert "--family standardNCADSA100v4Family" not in table.out

@@ -16,9 +16,9 @@ def test_no_token_or_secret_in_any_output(arm: ArmService, az_configs: AzConfigs
     arm.script_quota(QuotaScript("Failed", polls=0, code="ContactSupport", message="contact support"))
     runs = [
         invoke(["quota.show", "--location", "eastus"], az_configs.logged_in, tls),
-        invoke(["quota.request", "--location", "eastus", "--family", "standardNDSv2Family", "--limit", "60",
+        invoke(["quota.request", "--location", "eastus", "--family", "standardNDSv2Family", "--vcpus", "60",
                 "--yes"], az_configs.logged_in, tls),
-        invoke(["quota.request", "--location", "eastus", "--family", "standardNDSv2Family", "--limit", "60",
+        invoke(["quota.request", "--location", "eastus", "--family", "standardNDSv2Family", "--vcpus", "60",
                 "--check"], az_configs.logged_in, tls),
         invoke(["quota.show", "--location", "eastus"], az_configs.wrong_secret, tls),
     ]

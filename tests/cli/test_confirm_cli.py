@@ -28,7 +28,7 @@ INVENTORY = "all:\n  children:\n    gpu:\n      hosts:\n        gpu-1:\n        
          "driver-restore changes hosts and there is no terminal to confirm on: pass --yes, or --check to see the plan"),
         (["kernel-update", "--inventory", "{inv}"],
          "kernel-update changes hosts and there is no terminal to confirm on: pass --yes, or --check to see the plan"),
-        (["quota.request", "--location", "eastus", "--family", "standardNCADSA100v4Family", "--limit", "96"],
+        (["quota.request", "--location", "eastus", "--family", "standardNCADSA100v4Family", "--vcpus", "96"],
          "quota.request asks Azure for more quota and there is no terminal to confirm on: pass --yes, or --check"
          " to see the request"),
     ],

@@ -40,7 +40,10 @@ def test_the_tour_covers_every_scenario() -> None:
         assert not line.rstrip().endswith("\\"), f"no line continuations: {line}"
         assert re.search(r"\s#\sS[1-5]\b", line), f"each command says its scenario (# S1..S5): {line}"
         command = command_of(line)
-        assert command.startswith(".venv/bin/invoke ") or re.match(r"cat \S+ \| \.venv/bin/invoke ", command), command
+        # gpufleet: the program that keeps "bad input is one line and exit 2" for Invoke's own parse errors too
+        assert command.startswith(".venv/bin/gpufleet ") or re.match(
+            r"cat \S+ \| \.venv/bin/gpufleet ", command
+        ), command
         assert "/work/" not in command and not re.search(r"(^|\s)/", command), f"paths relative to the root: {command}"
     tags = {tag for line in LINES for tag in re.findall(r"#\s(S[1-5])\b", line)}
     assert tags == {"S1", "S2", "S3", "S4", "S5"}

@@ -102,7 +102,7 @@ def test_spot_headroom_is_the_low_priority_quota_alone() -> None:
     assert len(found) == 1
     summary, remedy = found[0].summary, found[0].evidence[1]
     assert "low-priority (Spot) vCPU quota (lowPriorityCores)" in summary and "only 24 left" in summary
-    assert remedy == "request: invoke quota.request --location eastus --family lowPriorityCores --limit 88"
+    assert remedy == "request: invoke quota.request --location eastus --family lowPriorityCores --vcpus 88"
 
 
 def test_spot_pool_in_a_region_without_the_row_has_no_room() -> None:
@@ -123,7 +123,7 @@ def test_pending_capacity_names_the_low_priority_quota_for_a_spot_pool() -> None
     assert advice.family == LOW_PRIORITY_VCPUS and advice.raise_ == ("quota",)
     assert any(line.startswith("Spot pool: low-priority quota lowPriorityCores: 48 of 64") for line in advice.lines)
     assert not any("family " in line.lower() or "total regional" in line for line in advice.lines)
-    assert "invoke quota.request --location eastus --family lowPriorityCores --limit 72" in advice.commands
+    assert "invoke quota.request --location eastus --family lowPriorityCores --vcpus 72" in advice.commands
     # quota.plan --spot weighs the node against lowPriorityCores alone (without --spot it sums family + cores)
     plans = [c for c in advice.commands if c.startswith("invoke quota.plan")]
     assert plans == ["invoke quota.plan --location eastus --vm-size Standard_NC24ads_A100_v4 --nodes 1 --spot"]
@@ -195,5 +195,5 @@ def test_spot_plan_report_names_the_spot_quota_and_the_request() -> None:
     assert "= 48 vCPUs of lowPriorityCores in eastus (the regional low-priority (Spot) vCPUs; not" in text
     assert "regional low-priority (Spot) vCPUs, lowPriorityCores │ 40" in text  # the table's quota column
     assert "│ cores" not in text and "│ standardNCADSA100v4Family" not in text
-    assert "request: invoke quota.request --location eastus --family lowPriorityCores --limit 88 " in text
+    assert "request: invoke quota.request --location eastus --family lowPriorityCores --vcpus 88 " in text
     assert "--family standardNCADSA100v4Family" not in text and "--family cores" not in text

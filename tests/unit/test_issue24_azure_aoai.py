@@ -69,7 +69,7 @@ def test_a_family_with_a_row_still_plans_and_names_the_region() -> None:
     p = plan(usages, "eastus", check_size(A100_NC), 2, 2, 80, source="usages.json")
     assert p.family.known and not p.fits and p.exit_code is ExitCode.FINDINGS
     shown = _render(print_plan, p)
-    assert "invoke quota.request --location eastus --family standardNCADSA100v4Family --limit 120" in shown
+    assert "invoke quota.request --location eastus --family standardNCADSA100v4Family --vcpus 120" in shown
     offline = plan(usages, "", check_size(A100_NC), 2, 2, 80, source="usages.json")
     assert "--location <location> " in _render(print_plan, offline) and "LOCATION" not in _render(print_plan, offline)
 
@@ -202,7 +202,7 @@ def test_quota_show_remedy_names_the_users_region_and_family() -> None:
     remedies = {f.id: f.remedy for f in quota_findings(report.rows, 80, "eastus")}
     assert "LOCATION" not in " ".join(remedies.values())
     # cores 288 of 350: under 80 % needs a limit above 360
-    assert remedies["AZ-QUOTA-002"].startswith("invoke quota.request --location eastus --family cores --limit 361")
+    assert remedies["AZ-QUOTA-002"].startswith("invoke quota.request --location eastus --family cores --vcpus 361")
     shown = _render(print_quota, report)
     assert "--location eastus" in shown and "LOCATION" not in shown and "FAMILY" not in shown
 

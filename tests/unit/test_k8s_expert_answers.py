@@ -71,7 +71,7 @@ def test_regional_total_full_family_free_names_cores_not_the_family() -> None:
     (quota,) = [f for f in result.findings if f.id == "K8S-PEND-008"]
     assert "regional vCPU total (cores)" in quota.summary and "at least 120" in quota.summary
     assert "fits" not in quota.summary and "standardNCADSA100v4Family" not in quota.summary
-    assert "`invoke quota.request --location eastus --family cores --limit 120`" in quota.remedy
+    assert "`invoke quota.request --location eastus --family cores --vcpus 120`" in quota.remedy
     assert "--family standardNCADSA100v4Family" not in quota.remedy
     assert result.capacity is not None and [name for name, _ in result.capacity.binding] == ["cores"]
     out = io.StringIO()
@@ -84,8 +84,8 @@ def test_both_quotas_full_name_both() -> None:
     result = _pending(family=(72, 72), cores=(96, 100))
     (quota,) = [f for f in result.findings if f.id == "K8S-PEND-008"]
     assert "family standardNCADSA100v4Family quota: 72 of 72" in quota.summary and "(cores)" in quota.summary
-    assert "--family standardNCADSA100v4Family --limit 96" in quota.remedy
-    assert "--family cores --limit 120" in quota.remedy
+    assert "--family standardNCADSA100v4Family --vcpus 96" in quota.remedy
+    assert "--family cores --vcpus 120" in quota.remedy
 
 
 def test_quota_with_room_everywhere_is_no_finding() -> None:

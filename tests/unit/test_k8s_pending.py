@@ -293,7 +293,7 @@ def test_spot_pool_quota_is_the_low_priority_quota() -> None:
     assert len(pend) == 1 and "lowPriorityCores" in pend[0].summary
     assert "standardNCADSA100v4Family" not in " ".join([pend[0].summary, *pend[0].evidence])
     assert result.capacity is not None and result.capacity.family == "lowPriorityCores"
-    assert "invoke quota.request --location eastus --family lowPriorityCores --limit 72" in result.capacity.commands
+    assert "invoke quota.request --location eastus --family lowPriorityCores --vcpus 72" in result.capacity.commands
 
 
 def test_spot_pool_with_low_priority_room_is_not_held_by_the_full_family() -> None:

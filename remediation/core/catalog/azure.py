@@ -19,7 +19,7 @@ _S3_SYMPTOMS = (
     "Pod's node affinity/selector\", or the cluster autoscaler cannot add a node."
 )
 _S3_DIAGNOSIS = (
-    "- `kubectl describe pod POD -n NS` (the events, never `kubectl logs`)\n"
+    "- `kubectl describe pod <pod> -n <namespace>` (the events, never `kubectl logs`)\n"
     "- quota: `az vm list-usage --location eastus -o table | grep -i \"Standard NC\\|Standard ND\"`, or "
     "`invoke quota.show --location eastus`\n"
     "- pool limits: `az aks nodepool show --cluster-name myAKS --resource-group myRG --name gpunp "
@@ -37,8 +37,9 @@ _S3_RESOLUTION = (
     "- If quota is the problem: `az quota create --resource-name StandardNDSv2Family --scope "
     "/subscriptions/{sub-id}/providers/Microsoft.Compute/locations/eastus --limit-object value=48 "
     "limit-object-type=LimitValue`, or `invoke quota.plan` then `invoke quota.request --location eastus "
-    "--family F --limit N`\n"
-    "- If the pool is at maxCount: raise it (`az aks nodepool update --update-cluster-autoscaler --max-count N`)"
+    "--family <family> --vcpus <vcpus>`\n"
+    "- If the pool is at maxCount: raise it (`az aks nodepool update --update-cluster-autoscaler --max-count "
+    "<max-count>`)"
 )
 _S3_PREVENTION = (
     "- Template every GPU pod spec with the toleration pre-configured\n"
@@ -70,11 +71,11 @@ _SE_RUNBOOK = Runbook(
     diagnosis="- on the VM: `curl -s -H Metadata:true "
     "'http://169.254.169.254/metadata/scheduledevents?api-version=2020-07-01'`\n"
     "- the packet under `<state_dir>/remediate/escalations/<fleet>/` (the events, the findings the loop was to fix)\n"
-    "- Azure Resource Health of the VM in the portal, or `az resource show --ids VM_ID` for its power state",
+    "- Azure Resource Health of the VM in the portal, or `az resource show --ids <vm-id>` for its power state",
     root_cause="The platform is about to act on the VM (host maintenance, a live migration's freeze, a reboot or "
     "redeploy, a Spot eviction): a driver restore, a harden run or a reboot on top of it can be cut in half and the "
     "platform's action may fix or move the fault on its own, so the loop does not act and says so.",
-    resolution="- let the event run; after it (a new boot id) `invoke remediate --fleet FLEET --check` shows what is "
+    resolution="- let the event run; after it (a new boot id) `invoke remediate --fleet <fleet> --check` shows what is "
     "left\n"
     "- to have it sooner: drain the VM's work, then acknowledge the event (POST StartRequests, "
     "`remediation.azure.scheduled_events.acknowledge`)\n"
@@ -90,7 +91,7 @@ ENTRIES: tuple[CatalogEntry, ...] = (
         _S3,
         _W,
         "GPU quota family at or above the alert threshold (80 %) in a region",
-        "invoke quota.plan --location LOCATION --vm-size SIZE --nodes N, then invoke quota.request",
+        "invoke quota.plan --location <location> --vm-size <vm-size> --nodes <n>, then invoke quota.request",
         _s3(root_cause="The regional quota of a GPU VM family is nearly used up: the next nodes of that family "
             "(a scale-up, the autoscaler, a redeploy) fail with a quota error and GPU pods stay Pending."),
     ),
@@ -99,7 +100,7 @@ ENTRIES: tuple[CatalogEntry, ...] = (
         _S3,
         _W,
         "Total regional vCPU quota at or above the alert threshold (80 %)",
-        "invoke quota.request --location LOCATION --family cores --limit N",
+        "invoke quota.request --location <location> --family cores --vcpus <vcpus>",
         _s3(root_cause="Every VM in a region also counts against the regional vCPU total: with it used up, no "
             "new VM of any family starts there, whatever the family quota says."),
     ),
@@ -108,7 +109,7 @@ ENTRIES: tuple[CatalogEntry, ...] = (
         _S3,
         _W,
         "Not enough quota for the GPU node pools to reach their maxCount",
-        "invoke quota.request --location LOCATION --family FAMILY --limit N",
+        "invoke quota.request --location <location> --family <family> --vcpus <vcpus>",
         _s3(root_cause="The cluster autoscaler may grow the GPU pools to maxCount, but the region's quota of their "
             "VM family (or the regional vCPU total) has less room than that growth needs: the scale-up fails and "
             "pods stay Pending. A Spot pool (scaleSetPriority Spot) draws on the regional low-priority vCPU quota "
@@ -119,7 +120,7 @@ ENTRIES: tuple[CatalogEntry, ...] = (
         _S3,
         _W,
         "AKS node pool at maxCount: the cluster autoscaler cannot add nodes",
-        "az aks nodepool update --update-cluster-autoscaler --max-count N (keep quota for it)",
+        "az aks nodepool update --update-cluster-autoscaler --max-count <max-count> (keep quota for it)",
         _s3(root_cause="The pool already runs maxCount nodes: the autoscaler wants to scale up but may not, so "
             "pods that need a new node stay Pending."),
     ),
@@ -145,7 +146,7 @@ ENTRIES: tuple[CatalogEntry, ...] = (
         Scenario.S1,
         _W,
         "Azure Scheduled Event due on a host the loop was to fix: left to the platform and escalated",
-        "wait for the event (or drain and acknowledge it), then invoke remediate --fleet FLEET --check",
+        "wait for the event (or drain and acknowledge it), then invoke remediate --fleet <fleet> --check",
         _SE_RUNBOOK,
     ),
 )

@@ -20,15 +20,18 @@ _S3_SYMPTOMS = (
     "0 restarts. A Pending pod has no container, so it has no logs: `kubectl logs` shows nothing."
 )
 _S3_DIAGNOSIS = (
-    "- `kubectl describe pod POD -n NS` and read the Events (FailedScheduling), e.g. `0/12 nodes are available: 3 "
+    "- `kubectl describe pod <pod> -n <namespace>` and read the Events (FailedScheduling), e.g. `0/12 nodes are "
+    "available: 3 "
     "node(s) had untolerated taint {sku: gpu}, 9 node(s) didn't match Pod's node affinity/selector.`\n"
-    "- `invoke k8s.diagnose-pending --pod POD --namespace NS` (or `--events FILE`, `--snapshot DIR`): replays the "
+    "- `invoke k8s.diagnose-pending --pod <pod> --namespace <namespace>` (or `--events <events-file>`, "
+    "`--snapshot <snapshot-dir>`): replays the "
     "scheduler's filters on the nodes, names the taint even when the message hides it (1.35+), says constraint, "
     "capacity or node state, and prints the patch\n"
     "- Quota: `az vm list-usage --location eastus -o table | grep -i 'Standard NC\\|Standard ND'` "
-    "(`invoke quota.show --location L`)\n"
+    "(`invoke quota.show --location <location>`)\n"
     "- Pool limits: `az aks nodepool show --cluster-name myAKS --resource-group myRG --name gpunp --query "
-    "'{min:minCount, max:maxCount, current:count}'` (`invoke aks.pools --cluster C --resource-group G`)"
+    "'{min:minCount, max:maxCount, current:count}'` (`invoke aks.pools --cluster <cluster> --resource-group "
+    "<resource-group>`)"
 )
 _S3_ROOT_CAUSE = (
     "The pod spec lacks the toleration the GPU pool's taint needs: AKS GPU node pools carry `sku=gpu:NoSchedule`, "
@@ -74,7 +77,8 @@ _S5_DIAGNOSIS = (
     "'Last State'` (did the container restart, and why)\n"
     "- `kubectl logs model-serve-abc -n inference | grep -i 'model loaded\\|loading model'` (e.g. `Model loaded in "
     "164.2 seconds`: almost 3 minutes of latency hole at every restart)\n"
-    "- `invoke k8s.diagnose-latency --snapshot DIR` (restarts and their cause, model load time, the node's GPU "
+    "- `invoke k8s.diagnose-latency --snapshot <snapshot-dir>` (restarts and their cause, model load time, the "
+    "node's GPU "
     "temperature and throttling from the audit, CPU-throttled neighbours)"
 )
 _S5_ROOT_CAUSE = (
@@ -184,7 +188,7 @@ ENTRIES: tuple[CatalogEntry, ...] = (
             root_cause="Node-health taints (node.kubernetes.io/not-ready, unreachable, memory-pressure, ...) or a "
             "cordon keep the pod off the only nodes that would take it; the pod spec is not the problem.",
             resolution="- `kubectl get nodes`; `kubectl describe node NODE` (conditions, taints)\n"
-            "- Repair or replace the node (`invoke audit --limit NODE`, `az aks nodepool ...`); uncordon after "
+            "- Repair or replace the node (`invoke audit --limit <node>`, `az aks nodepool ...`); uncordon after "
             "maintenance\n- Never tolerate node.kubernetes.io/* health taints: the pod would land on a broken node",
         ),
     ),
@@ -207,7 +211,7 @@ ENTRIES: tuple[CatalogEntry, ...] = (
         _C,
         "GPU pod Pending: a vCPU quota the pool draws on (its VM family, the regional total) has no room",
         "raise the quota that binds (the finding names it): `invoke quota.plan --location <location> --vm-size "
-        "<vm-size> --nodes <n>`, then `invoke quota.request --location <location> --family <family> --limit <n>` "
+        "<vm-size> --nodes <n>`, then `invoke quota.request --location <location> --family <family> --vcpus <vcpus>` "
         "with the family, `cores` (the regional vCPU total) or, for a Spot pool, `lowPriorityCores`",
         _s3(
             root_cause="A new node must fit both the GPU family's regional vCPU quota and the region's total vCPU "
@@ -292,7 +296,7 @@ ENTRIES: tuple[CatalogEntry, ...] = (
         _S5,
         _W,
         "Model server container restarting (errors, liveness kills)",
-        "read `kubectl logs POD --previous`; size the startup probe for the load so liveness does not kill it "
+        "read `kubectl logs <pod> --previous`; size the startup probe for the load so liveness does not kill it "
         "(inference values `startup.maxLoadSeconds`)",
         _s5(root_cause="The container exits or is killed by its liveness probe; each restart reloads the model."),
     ),
