@@ -121,7 +121,7 @@ def test_other_incidents() -> None:
     assert "86 °C" in section(thermal, "Symptoms")
     assert "invoke driver-restore" not in thermal
     hardware = render_incident(build_result(), "gpu-4")
-    assert "az vm redeploy --resource-group RG --name gpu-4" in section(hardware, "Resolution")
+    assert "az vm redeploy --resource-group <resource-group> --name gpu-4" in section(hardware, "Resolution")
 
 
 def test_not_probed_and_no_incident() -> None:

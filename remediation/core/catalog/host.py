@@ -31,14 +31,14 @@ _S1_ROOT_CAUSE = (
     "kernel version; when the VM rebooted into the new kernel there was no matching NVIDIA module."
 )
 _S1_RESOLUTION = (
-    "- Option A (Azure VMs): reinstall the driver extension: `az vm extension set --resource-group RG "
-    "--vm-name VM --name NvidiaGpuDriverLinux --publisher Microsoft.HpcCompute --version 1.9`\n"
+    "- Option A (Azure VMs): reinstall the driver extension: `az vm extension set --resource-group <resource-group> "
+    "--vm-name <vm-name> --name NvidiaGpuDriverLinux --publisher Microsoft.HpcCompute --version 1.9`\n"
     "- Option B: hold the kernel and reinstall the driver: `sudo apt-mark hold linux-image-$(uname -r) "
     "linux-headers-$(uname -r)`; `sudo apt install linux-headers-$(uname -r)` then `sudo dkms autoinstall -k "
     "$(uname -r)` (DKMS builds the installed driver's module; reinstalling the `nvidia-driver-BRANCH` metapackage "
     "builds nothing: `sudo apt install --reinstall nvidia-dkms-BRANCH` does, with the branch whole: `535`, "
     "`535-server`, `535-open`); `sudo reboot` (only where a reboot is allowed)\n"
-    "- Automated: `invoke driver-restore --limit HOST`, then verify with NVML (`invoke audit --limit HOST`)"
+    "- Automated: `invoke driver-restore --limit <host>`, then verify with NVML (`invoke audit --limit <host>`)"
 )
 _S1_PREVENTION = (
     "- Blacklist kernel packages in /etc/apt/apt.conf.d/50unattended-upgrades: "
@@ -67,8 +67,9 @@ _HW_ROOT_CAUSE = (
 )
 _HW_RESOLUTION = (
     "- Drain the host (cordon the AKS node / stop scheduling), save `nvidia-bug-report.sh` output\n"
-    "- Reset the GPU where supported (`nvidia-smi -r -i N` with no processes on it) or reboot\n"
-    "- On Azure: redeploy the VM to other hardware (`az vm redeploy -g RG -n VM`) or open a support case with "
+    "- Reset the GPU where supported (`nvidia-smi -r -i <gpu-index>` with no processes on it) or reboot\n"
+    "- On Azure: redeploy the VM to other hardware (`az vm redeploy -g <resource-group> -n <vm-name>`) or open a "
+    "support case with "
     "the Xid lines and the bug report"
 )
 _HW_PREVENTION = (
@@ -166,7 +167,7 @@ ENTRIES: tuple[CatalogEntry, ...] = (
             "kernel module stayed loaded, or the new module was not built for the booted kernel.",
             resolution="- Reload the module when no process holds the GPUs: `sudo rmmod nvidia_uvm nvidia_drm "
             "nvidia_modeset nvidia && sudo modprobe nvidia`, or reboot where allowed\n"
-            "- `invoke driver-restore --limit HOST` (rebuilds/reinstalls the module for the booted kernel)",
+            "- `invoke driver-restore --limit <host>` (rebuilds/reinstalls the module for the booted kernel)",
             prevention="- Blacklist NVIDIA packages in unattended-upgrades (roles/unattended_upgrades_blacklist)\n"
             "- `apt-mark hold` the driver packages; upgrade drivers as planned maintenance",
         ),
@@ -181,7 +182,8 @@ ENTRIES: tuple[CatalogEntry, ...] = (
             symptoms='`nvidia-smi` is missing or NVML reports "NVML Shared Library Not Found" / '
             '"libnvidia-ml.so.1: cannot open shared object file"; nvidia-container-cli cannot load the library.',
             diagnosis="- `ldconfig -p | grep libnvidia-ml`\n- `dpkg -l | grep -E 'nvidia-(driver|utils)'`\n"
-            "- `az vm extension list -g RG --vm-name VM -o table` (is NvidiaGpuDriverLinux installed?)",
+            "- `az vm extension list -g <resource-group> --vm-name <vm-name> -o table` (is NvidiaGpuDriverLinux "
+            "installed?)",
             root_cause="The driver userspace was never installed, was removed (autoremove, purge), or the "
             "container runtime does not see it.",
         ),
@@ -242,7 +244,7 @@ ENTRIES: tuple[CatalogEntry, ...] = (
             "- `grep -E 'nvidia' /var/log/apt/history.log`",
             root_cause="Userspace driver components and the loaded kernel module come from different driver "
             "versions (a partial upgrade, or a module not rebuilt).",
-            resolution="- Reload the module or reboot where allowed; `invoke driver-restore --limit HOST`",
+            resolution="- Reload the module or reboot where allowed; `invoke driver-restore --limit <host>`",
         ),
     ),
     CatalogEntry(
@@ -268,7 +270,7 @@ ENTRIES: tuple[CatalogEntry, ...] = (
             "where BRANCH is the installed driver's whole branch (`535-server` for `nvidia-driver-535-server`: "
             "the plain `535` package belongs to another driver and its module lives in `kernel/nvidia-535`, not "
             "`kernel/nvidia-535srv`), remove the DKMS build (`sudo dkms remove nvidia/VER -k $(uname -r)`), reboot\n"
-            "- Automated: `invoke driver-restore --limit HOST --allow-reboot` (picks the signed package when Secure "
+            "- Automated: `invoke driver-restore --limit <host> --allow-reboot` (picks the signed package when Secure "
             "Boot is on)",
             prevention="- On Secure Boot hosts use the signed module packages, not DKMS "
             "(`driver_restore.module_source: auto`)\n"
@@ -291,7 +293,7 @@ ENTRIES: tuple[CatalogEntry, ...] = (
             "- `dkms status` and `ls /lib/modules/KERNEL/updates/dkms/` for each installed kernel",
             root_cause="A kernel was installed (usually by unattended-upgrades) and DKMS did not build the NVIDIA "
             "module for it, or the prebuilt linux-modules-nvidia package for it is missing.",
-            resolution="- Build the module now: `sudo dkms autoinstall -k KERNEL` (or install "
+            resolution="- Build the module now: `sudo dkms autoinstall -k <kernel>` (or install "
             "linux-modules-nvidia-VER-KERNEL)\n- Or remove the new kernel and hold the booted one "
             "(roles/gpu_kernel_hold)",
         ),
@@ -363,13 +365,13 @@ ENTRIES: tuple[CatalogEntry, ...] = (
             symptoms='`dkms status` lacks an `installed` line for a kernel; the DKMS output says "Bad return '
             'status for module build on kernel: K" or "Skipping kernel K (headers not installed)".',
             diagnosis="- `dkms status`\n- `cat /var/lib/dkms/nvidia/VERSION/build/make.log`\n"
-            "- `dpkg -l linux-headers-KERNEL`",
+            "- `dpkg -l linux-headers-<kernel>`",
             root_cause="The kernel headers for that kernel are missing, or the driver version does not build "
             "against that (too new) kernel.",
-            resolution="- `sudo apt install linux-headers-KERNEL && sudo dkms autoinstall -k KERNEL`\n"
+            resolution="- `sudo apt install linux-headers-<kernel> && sudo dkms autoinstall -k <kernel>`\n"
             "- If the driver cannot build for that kernel: hold the working kernel (roles/gpu_kernel_hold) and "
             "remove the new one, or move to a driver branch that supports it\n"
-            "- `invoke driver-restore --limit HOST`",
+            "- `invoke driver-restore --limit <host>`",
         ),
     ),
     CatalogEntry(
@@ -393,7 +395,7 @@ ENTRIES: tuple[CatalogEntry, ...] = (
         _S1,
         _C,
         "GPU has fallen off the bus / GPU lost (Xid 79): not a driver problem",
-        "az vm redeploy --resource-group RG --name {host} (or open a support case)",
+        "az vm redeploy --resource-group <resource-group> --name {host} (or open a support case)",
         _hw(
             symptoms='Kernel log: "NVRM: GPU at PCI:... has fallen off the bus" / Xid 79; nvidia-smi reports '
             '"Unable to determine the device handle for GPU ...: GPU is lost".'
@@ -404,7 +406,7 @@ ENTRIES: tuple[CatalogEntry, ...] = (
         _S1,
         _C,
         "Fewer GPUs than the VM SKU has",
-        "az vm redeploy --resource-group RG --name {host} (or open a support case)",
+        "az vm redeploy --resource-group <resource-group> --name {host} (or open a support case)",
         _hw(
             symptoms="`nvidia-smi -L` lists fewer GPUs than the SKU (e.g. 8 on ND96asr_v4); jobs asking for all "
             "GPUs fail."
@@ -415,7 +417,7 @@ ENTRIES: tuple[CatalogEntry, ...] = (
         _S1,
         _C,
         "Uncorrected ECC errors",
-        "drain and reset the GPU; az vm redeploy --resource-group RG --name {host} if they persist",
+        "drain and reset the GPU; az vm redeploy --resource-group <resource-group> --name {host} if they persist",
         _hw(
             symptoms="Xid 48 / 94 / 95; `nvidia-smi -q -d ECC` shows volatile or aggregate uncorrectable "
             "(double-bit) errors."
@@ -426,7 +428,8 @@ ENTRIES: tuple[CatalogEntry, ...] = (
         _S1,
         _C,
         "Retired pages / remapped rows beyond limits, pending remap or remap failure",
-        "reset the GPU to apply pending remaps; az vm redeploy --resource-group RG --name {host} past the limits",
+        "reset the GPU to apply pending remaps; az vm redeploy --resource-group <resource-group> --name {host} "
+        "past the limits",
         _hw(
             symptoms="Xid 63/64; `nvidia-smi -q -d PAGE_RETIREMENT,ROW_REMAPPER` shows pending remaps, a remap "
             "failure, or counts past DCGM's limits (63 retired pages in total, 15 double-bit retired pages, 512 "
@@ -449,7 +452,7 @@ ENTRIES: tuple[CatalogEntry, ...] = (
         _S1,
         _C,
         "NVML cannot get a device handle: Unknown Error",
-        "drain and reboot; az vm redeploy --resource-group RG --name {host} if it persists",
+        "drain and reboot; az vm redeploy --resource-group <resource-group> --name {host} if it persists",
         _hw(symptoms='nvidia-smi: "Unable to determine the device handle for GPU ...: Unknown Error".'),
     ),
     CatalogEntry(
@@ -457,7 +460,7 @@ ENTRIES: tuple[CatalogEntry, ...] = (
         _S1,
         _C,
         "No devices found / RmInitAdapter failed",
-        "reboot; az vm redeploy --resource-group RG --name {host} (or open a support case)",
+        "reboot; az vm redeploy --resource-group <resource-group> --name {host} (or open a support case)",
         _hw(
             symptoms='nvidia-smi: "No devices were found"; kernel log: "NVRM: RmInitAdapter failed! (0x..)" '
             '/ "rm_init_adapter failed, device minor number N".'

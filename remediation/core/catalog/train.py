@@ -15,9 +15,10 @@ _SYMPTOMS = (
 )
 _DIAGNOSIS = (
     "- `invoke train.diagnose-oom LOG` (or `invoke diagnose LOG`): the OOM's numbers and what they point at\n"
-    "- Log GPU memory continuously: `invoke train.monitor --host HOST --interval 5 --out gpu_memory.csv` (the "
+    "- Log GPU memory continuously: `invoke train.monitor --host <host> --interval 5 --out gpu_memory.csv` (the "
     "runbook's `nvidia-smi --query-gpu=timestamp,memory.used,memory.free,utilization.gpu --format=csv -l 5`)\n"
-    "- Compute the memory the job needs: `invoke train.plan --model NAME --gpu GPU --batch B --seq-len S` "
+    "- Compute the memory the job needs: `invoke train.plan --model <model> --gpu <gpu> --batch <batch> "
+    "--seq-len <seq-len>` "
     "(7B with Adam in BF16 weights: ~14 GB parameters + ~14 GB gradients + ~56 GB fp32 Adam states = ~84 GB plus "
     "activations)"
 )
@@ -66,7 +67,7 @@ ENTRIES: tuple[CatalogEntry, ...] = (
         _S2,
         Severity.CRITICAL,
         "Training ran out of GPU memory",
-        "invoke train.plan --model MODEL --gpu GPU --batch B --seq-len S (the settings that fit)",
+        "invoke train.plan --model <model> --gpu <gpu> --batch <batch> --seq-len <seq-len> (the settings that fit)",
         _s2(),
     ),
     CatalogEntry(
@@ -89,13 +90,13 @@ ENTRIES: tuple[CatalogEntry, ...] = (
         _S2,
         Severity.WARNING,
         "Other processes hold memory on the training GPU",
-        "invoke train.monitor --host HOST (memory used over time); stop the other process or use another GPU",
+        "invoke train.monitor --host <host> (memory used over time); stop the other process or use another GPU",
         _s2(
             root_cause="Memory on the GPU is used outside the training process's PyTorch allocator: another "
             "process (a second job, an inference server, a notebook kernel left running) or a leak outside PyTorch. "
             "The job had less memory than the GPU's total.",
             resolution="- `nvidia-smi --query-compute-apps=pid,used_memory --format=csv` on the host (or "
-            "`invoke audit --limit HOST`: GPU processes per GPU)\n- Stop the other process, or pin the job to a free "
+            "`invoke audit --limit <host>`: GPU processes per GPU)\n- Stop the other process, or pin the job to a free "
             "GPU (`CUDA_VISIBLE_DEVICES`)\n- On shared nodes: one GPU per job (Kubernetes `nvidia.com/gpu` limits)",
         ),
     ),
@@ -113,7 +114,8 @@ ENTRIES: tuple[CatalogEntry, ...] = (
         _S2,
         Severity.CRITICAL,
         "Model states alone are too big for the GPU",
-        "LoRA or QLoRA (invoke train.plan --method lora), ZeRO across GPUs (--gpus N --zero-stage 3), or a bigger GPU",
+        "LoRA or QLoRA (invoke train.plan --method lora), ZeRO across GPUs (--gpus <n> --zero-stage 3), or a "
+        "bigger GPU",
         _s2(
             root_cause="Parameters, gradients and optimizer states need more memory than the GPU has before any "
             "activation: no batch size or sequence length can make the job fit.",
