@@ -226,8 +226,8 @@ def _gpu_lines(facts: HostFacts) -> list[str]:
 
 
 def _specialise(text: str, host: str) -> str:
-    """Catalog runbook text with ``HOST`` filled in (only for host names that cannot break Markdown)."""
-    return re.sub(r"\bHOST\b", host, text) if _SAFE_HOST.match(host) else text
+    """Catalog runbook text with ``<host>`` filled in (only for host names that cannot break Markdown)."""
+    return text.replace("<host>", host) if _SAFE_HOST.match(host) else text
 
 
 def _commands(incident: Incident, fleet: str) -> list[str]:

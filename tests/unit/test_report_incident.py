@@ -98,7 +98,7 @@ def test_s1_resolution_and_prevention_commands() -> None:
     assert f"invoke driver-restore --fleet gpu --limit {S1_HOST}\ninvoke audit --fleet gpu --limit {S1_HOST}" in (
         resolution
     )
-    assert f"`invoke driver-restore --limit {S1_HOST}`, then verify" in resolution  # runbook HOST filled in
+    assert f"`invoke driver-restore --limit {S1_HOST}`, then verify" in resolution  # runbook <host> filled in
     assert "NvidiaGpuDriverLinux" in resolution
     prevention = section(text, "Prevention")
     assert "invoke harden --fleet gpu\n" in prevention
