@@ -141,12 +141,16 @@ class Supervisor:
                 data = pipe.read()
             os.waitpid(middle, 0)  # the host's PID 1 is now our child (we are its subreaper)
             h.init_pid = int(data) if data.strip() else None
-            h.returncode = None if h.init_pid else 1
-            if h.init_pid:
-                self.by_pid[h.init_pid] = h
-            (h.dir / "init.pid").write_text(f"{h.init_pid or ''}\n")
-            h.state, h.restart_at, h.stop_requested = "up", None, False
+            h.returncode = None
+            h.restart_at, h.stop_requested = None, False
             h.boots += 1
+            if h.init_pid is None:  # the namespaces could not be made: the reason is in the host's console log
+                self._reaped(h)
+                h.state, h.last_exit = "crashed", 1
+                continue
+            self.by_pid[h.init_pid] = h
+            (h.dir / "init.pid").write_text(f"{h.init_pid}\n")
+            h.state = "up"
 
     def reap(self) -> None:
         """Collect every exited child (one ``waitpid`` per exit, not one per host)."""
