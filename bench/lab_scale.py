@@ -18,6 +18,7 @@ import argparse
 import json
 import os
 import resource
+import shutil
 import statistics
 import sys
 import tempfile
@@ -148,6 +149,7 @@ def main(argv: list[str] | None = None) -> int:
         return 1
     finally:
         lab.down(purge=True)
+        shutil.rmtree(tmp, ignore_errors=True)
     if args.json:
         args.json.write_text(json.dumps(results, indent=2) + "\n")
     return 0
