@@ -37,7 +37,7 @@ def the_lab(c: Any) -> Any:
 
 @task(
     help={
-        "hosts": "number of hosts, gpu-1 .. gpu-N (1-200)",
+        "hosts": "number of hosts, gpu-1 .. gpu-N (1-1000; 254 per /24: gpu-255 is <prefix+1>.1)",
         "flavour": "kernel flavour of hosts created now: azure or generic (default: lab.flavour, else the VM"
         " size's: azure for Azure sizes)",
         "secure_boot": "hosts created now are Trusted Launch VMs: Secure Boot on, signed NVIDIA module"

@@ -1,8 +1,9 @@
 """Boot one lab host: run as PID 1 of fresh mount/UTS/PID namespaces, then exec gpulab-init.
 
-Invoked by the supervisor as
-``unshare --mount --uts --pid --fork --propagation private python -m lab.boot HOSTDIR BASEDIR``.
-Standard library only and no project imports: it runs once per (re)boot of every host, so it must start fast.
+The supervisor imports this module once and runs :func:`boot` in a fork of itself that is PID 1 of the new
+namespaces (``lab/supervisor.py``), so a (re)boot starts no interpreter; ``python -m lab.boot HOSTDIR BASEDIR``
+does the same when run as PID 1 (e.g. under ``unshare --mount --uts --pid --fork``). Standard library only and no
+project imports.
 
 What a boot does, like firmware + boot loader + early kernel:
 * mounts the host's root (overlay: the shared read-only base below, the host's own upper dir above),
@@ -79,6 +80,14 @@ GRUB_CFG = "boot/grub/grub.cfg"
 SIGNATURE_MAGIC = b"~Module signature appended~\n"
 EFI_SECURE_BOOT = "SecureBoot-8be4df61-93ca-11d2-aa0d-00e098032b8c"
 PANIC_DOWN_SECONDS = 3.0
+# Compiled once when the supervisor imports this module: every host's boot is a fork of it and inherits them.
+_SET_DEFAULT = re.compile(r'set default="([^"]*)"$')
+_MENU_ENTRY = re.compile(r"(menuentry|submenu)\s+'([^']*)'.*?(?:\$menuentry_id_option|--id)\s+'([^']*)'.*\{$")
+_LINUX_LINE = re.compile(r"linux\s+/boot/vmlinuz-(\S+)")
+_NUMBERS = re.compile(r"\d+")
+_VARIABLE = re.compile(r"\$\{(\w+)\}")
+_MODINFO_VERSION = re.compile(rb"(?:^|\x00)version=([0-9][0-9A-Za-z.+~_-]*)\x00")
+_TEXT_VERSION = re.compile(rb"(?m)^version:\s*(\S+)")
 
 
 def read_grubenv(root: Path) -> dict[str, str]:
@@ -120,10 +129,10 @@ def parse_grub_cfg(text: str) -> tuple[str, bool, list[MenuNode]]:
         line = raw.strip()
         if line.startswith('if [ "${next_entry}" ]'):
             next_entry = True
-        m = re.match(r'set default="([^"]*)"$', line)
+        m = _SET_DEFAULT.match(line)
         if m and m.group(1) != "${next_entry}":
             default = m.group(1)
-        m = re.match(r"(menuentry|submenu)\s+'([^']*)'.*?(?:\$menuentry_id_option|--id)\s+'([^']*)'.*\{$", line)
+        m = _MENU_ENTRY.match(line)
         if m:
             kind, title, ident = m.groups()
             if kind == "submenu":
@@ -135,7 +144,7 @@ def parse_grub_cfg(text: str) -> tuple[str, bool, list[MenuNode]]:
                 current = [title, ident, None]
                 depth_kinds.append("menuentry")
             continue
-        m = re.match(r"linux\s+/boot/vmlinuz-(\S+)", line)
+        m = _LINUX_LINE.match(line)
         if m and current is not None:
             current[2] = m.group(1)
             continue
@@ -167,7 +176,7 @@ def resolve_entry(menu: list[MenuNode], entry: str) -> str | None:
 
 
 def version_key(release: str) -> tuple[int, ...]:
-    return tuple(int(x) for x in re.findall(r"\d+", release))
+    return tuple(int(x) for x in _NUMBERS.findall(release))
 
 
 def installed_kernels(root: Path) -> list[str]:
@@ -188,7 +197,7 @@ def grub_choice(root: Path) -> tuple[str | None, bool]:
     env = read_grubenv(root)
     once = honours_next and bool(env.get("next_entry"))
     entry = env["next_entry"] if once else default
-    entry = re.sub(r"\$\{(\w+)\}", lambda m: env.get(m.group(1), ""), entry)
+    entry = _VARIABLE.sub(lambda m: env.get(m.group(1), ""), entry)
     chosen = resolve_entry(menu, entry) if entry else None
     if chosen is None:
         chosen = resolve_entry(menu, "0")  # GRUB boots entry 0 when the default names nothing
@@ -252,9 +261,7 @@ def module_file_version(path: Path) -> str:
         data = module_data(path)
     except (OSError, EOFError, lzma.LZMAError, subprocess.TimeoutExpired):
         return "unknown"
-    m = re.search(rb"(?:^|\x00)version=([0-9][0-9A-Za-z.+~_-]*)\x00", data) or re.search(
-        rb"(?m)^version:\s*(\S+)", data
-    )
+    m = _MODINFO_VERSION.search(data) or _TEXT_VERSION.search(data)
     return m.group(1).decode() if m else "unknown"
 
 

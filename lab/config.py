@@ -16,7 +16,10 @@ from typing import Any
 
 from .errors import LabError
 
-MAX_HOSTS = 200
+MAX_HOSTS = 1000
+#: Hosts per /24: host N of a lab on prefix ``a.b.c`` listens on ``a.b.(c + (N-1) // 254).((N-1) % 254 + 1)``, so
+#: a lab of up to 254 hosts stays in ``a.b.c.1-254`` and 1,000 hosts take four /24s (``a.b.c`` .. ``a.b.c+3``).
+HOSTS_PER_NET = 254
 DEFAULT_SKU = "Standard_NC48ads_A100_v4"
 FLAVOURS = ("generic", "azure")
 DRIVER_BRANCHES = ("535", "535-server", "535-open")  # lab/packages.py offers these
@@ -67,7 +70,7 @@ class LabConfig:
     driver_branch: str = ""  # NVIDIA driver branch of new hosts: 535 | 535-server | 535-open; empty: 535
     release: str = DEFAULT_RELEASE  # Ubuntu release of new hosts: jammy (22.04) | noble (24.04)
     boot_delay: float = 1.0  # seconds a rebooting host stays down
-    ready_timeout: float = 30.0  # seconds lab.up waits for every sshd
+    ready_timeout: float = 30.0  # seconds lab.up waits for every sshd (per 100 hosts, for a lab of more than 100)
     inventory_path: Path = Path("inventories/lab/hosts.yml")
     host_overrides: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
 
@@ -76,7 +79,27 @@ class LabConfig:
         return self.cache_dir if self.cache_dir is not None else self.state_dir / "cache"
 
     def address(self, index: int) -> str:
-        return f"{self.address_prefix}.{index}"
+        """Host ``index``'s loopback address: 254 hosts per /24, then the next /24 (see ``HOSTS_PER_NET``)."""
+        first, second, third = self.address_prefix.split(".")
+        net, host = divmod(index - 1, HOSTS_PER_NET)
+        return f"{first}.{second}.{int(third) + net}.{host + 1}"
+
+    def address_nets(self, count: int) -> list[str]:
+        """The /24 prefixes a lab of ``count`` hosts listens on (one per 254 hosts, from ``address_prefix`` on)."""
+        first, second, third = self.address_prefix.split(".")
+        return [f"{first}.{second}.{int(third) + n}" for n in range((count - 1) // HOSTS_PER_NET + 1)]
+
+    def check_count(self, count: int) -> None:
+        """One clear line when ``count`` hosts cannot run: above ``MAX_HOSTS`` or past the end of the prefix's /16."""
+        if not 1 <= count <= MAX_HOSTS:
+            raise LabError(f"--hosts {count} is out of range: the lab runs 1 to {MAX_HOSTS} hosts")
+        last = self.address_nets(count)[-1]
+        if int(last.split(".")[2]) > 255:
+            raise LabError(
+                f"--hosts {count} on lab.address_prefix {self.address_prefix} would need addresses up to {last}.x,"
+                f" past the end of {'.'.join(last.split('.')[:2])}.255.x (254 hosts per /24): use a lower third"
+                " octet in lab.address_prefix or fewer hosts"
+            )
 
     def host_flavour(self, flavour: str | None = None) -> str:
         """The flavour new hosts get: the flag, else ``lab.flavour``, else the VM size's."""

@@ -76,7 +76,9 @@ def write(cfg: LabConfig, paths: LabPaths, hosts: list[LabHost]) -> Path:
         }
     }
     header = "# Written by `invoke lab.up` for the simulated lab fleet; regenerated on every lab.up.\n"
-    _atomic_write(cfg.inventory_path, header + yaml.safe_dump(inventory, sort_keys=False))
+    # libyaml's emitter when PyYAML has it: the pure-Python one takes ~4 s for a 1,000-host inventory.
+    dumper = getattr(yaml, "CSafeDumper", yaml.SafeDumper)
+    _atomic_write(cfg.inventory_path, header + yaml.dump(inventory, Dumper=dumper, sort_keys=False))
     _atomic_write(paths.known_hosts, "".join(f"{h.name},{h.address} {h.host_key}\n" for h in hosts), 0o644)
     blocks = []
     for h in hosts:

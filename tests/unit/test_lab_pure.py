@@ -3,13 +3,16 @@
 from __future__ import annotations
 
 import itertools
+import socket
+import struct
 import subprocess
 from pathlib import Path
 
 import pytest
 
 from lab import boot, hardware, packages
-from lab.config import LabConfig
+from lab.config import MAX_HOSTS, LabConfig
+from lab.control import ssh_listeners
 from lab.errors import LabError
 
 
@@ -242,3 +245,41 @@ def test_noble_kernels_packages_and_release_settings(tmp_path: Path) -> None:
         LabConfig(release="focal").validate()
     with pytest.raises(LabError, match=r"host_overrides.gpu-3.release"):
         LabConfig(host_overrides={"gpu-3": {"release": "bionic"}}).validate()
+
+
+def test_a_lab_past_254_hosts_gets_unique_addresses_across_consecutive_24s() -> None:
+    cfg = LabConfig(address_prefix="127.12.1")
+    addresses = [cfg.address(i) for i in range(1, MAX_HOSTS + 1)]
+    assert len(set(addresses)) == MAX_HOSTS == 1000
+    assert addresses[0] == "127.12.1.1" and addresses[253] == "127.12.1.254"  # up to 254 hosts: as before
+    assert addresses[254] == "127.12.2.1" and addresses[-1] == "127.12.4.238"
+    assert {a.rsplit(".", 1)[0] for a in addresses} == set(cfg.address_nets(MAX_HOSTS)) == {
+        "127.12.1", "127.12.2", "127.12.3", "127.12.4"}
+    assert all(1 <= int(a.rsplit(".", 1)[1]) <= 254 for a in addresses)  # never .0 or .255
+    assert cfg.address_nets(254) == ["127.12.1"] and cfg.address_nets(255) == ["127.12.1", "127.12.2"]
+
+
+def test_host_counts_past_the_limit_or_the_end_of_the_prefix_are_named() -> None:
+    LabConfig(address_prefix="127.0.1").check_count(MAX_HOSTS)
+    with pytest.raises(LabError, match=f"--hosts {MAX_HOSTS + 1} is out of range: the lab runs 1 to {MAX_HOSTS}"):
+        LabConfig().check_count(MAX_HOSTS + 1)
+    with pytest.raises(LabError, match="--hosts 0 is out of range"):
+        LabConfig().check_count(0)
+    LabConfig(address_prefix="127.0.254").check_count(508)  # 127.0.254 and 127.0.255
+    with pytest.raises(LabError, match=r"would need addresses up to 127\.0\.256\.x.*lower third octet"):
+        LabConfig(address_prefix="127.0.254").check_count(509)
+
+
+def test_ssh_listeners_read_from_the_kernel_tcp_table(tmp_path: Path) -> None:
+    def hex_addr(address: str) -> str:  # as the kernel prints a __be32: the raw word in host byte order
+        return f"{struct.unpack('=I', socket.inet_aton(address))[0]:08X}"
+
+    rows = [  # 127.12.1.1:22 listening; 127.12.1.2:22 a session (not a listener); 127.12.1.3:2222 listening
+        f"   0: {hex_addr('127.12.1.1')}:0016 00000000:0000 0A 00000000:00000000 00:00000000 00000000  0  0 1\n",
+        f"   1: {hex_addr('127.12.1.2')}:0016 0100007F:9C40 01 00000000:00000000 00:00000000 00000000  0  0 2\n",
+        f"   2: {hex_addr('127.12.1.3')}:08AE 00000000:0000 0A 00000000:00000000 00:00000000 00000000  0  0 3\n",
+    ]
+    table = tmp_path / "tcp"
+    table.write_text("  sl  local_address rem_address   st tx_queue rx_queue tr tm->when retrnsmt   uid  timeout\n"
+                     + "".join(rows))
+    assert ssh_listeners(str(table)) == {"127.12.1.1"}
