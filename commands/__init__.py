@@ -340,7 +340,9 @@ def audit_options(c: Any, concurrency: Any = None, timeout: Any = None) -> Any:
 
     cfg = settings(c, AuditSettings, "audit")
     return AuditOptions(
-        concurrency=int(positive(cfg.concurrency if concurrency is None else concurrency, int, "--concurrency")),
+        # None (no flag, no audit.concurrency): chosen from the machine and the fleet (fanout.auto_concurrency)
+        concurrency=None if (wanted := cfg.concurrency if concurrency is None else concurrency) is None
+        else int(positive(wanted, int, "--concurrency")),
         connect_timeout=cfg.connect_timeout,
         timeout=float(positive(cfg.timeout if timeout is None else timeout, float, "--timeout")),
         nvml_timeout=cfg.nvml_timeout,

@@ -155,8 +155,9 @@ def load_section(cls: type[T], data: Mapping[str, Any] | None, name: str, source
         where = f"setting {name}.{key}"
         try:
             values[key] = _coerce(value, hints[key], where)
-            if fields[key].metadata.get("positive"):
-                values[key] = positive(values[key], hints[key], where)
+            if fields[key].metadata.get("positive") and values[key] is not None:  # ``X | None``: None stays
+                kind = next(a for a in typing.get_args(hints[key]) or (hints[key],) if a is not type(None))
+                values[key] = positive(values[key], kind, where)
         except UsageError as exc:
             raise UsageError(f"{exc} (in {source})") from None
     return cls(**values)
@@ -265,7 +266,9 @@ class AnsibleSettings:
 class AuditSettings:
     """``audit:``: the fan-out and the thresholds of the checks."""
 
-    concurrency: int = field(default=32, metadata=POSITIVE)
+    # hosts probed at once; None (the default, `concurrency: auto`): chosen from the machine and the fleet's size
+    # (remediation.transport.fanout.auto_concurrency)
+    concurrency: int | None = field(default=None, metadata=POSITIVE)
     connect_timeout: float = field(default=10.0, metadata=POSITIVE)
     timeout: float = field(default=60.0, metadata=POSITIVE)  # seconds for the whole probe on one host
     nvml_timeout: float = field(default=10.0, metadata=POSITIVE)  # seconds for NVML inside the probe

@@ -8,6 +8,7 @@ after they change anything. A host that cannot be probed is kept in the result w
 from __future__ import annotations
 
 import datetime as _dt
+import functools
 import json
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -26,7 +27,7 @@ from remediation.transport.inventory import Host
 
 @dataclass(frozen=True)
 class AuditOptions:
-    concurrency: int = 32
+    concurrency: int | None = None  # None: chosen from the machine and the fleet (fanout.auto_concurrency)
     connect_timeout: float = 10.0
     timeout: float = 60.0  # whole probe command on one host
     nvml_timeout: float = 10.0  # NVML calls inside the probe
@@ -76,10 +77,16 @@ class AuditResult:
         return tuple(f for h in self.hosts for f in h.findings)
 
     def host(self, name: str) -> HostAudit:
+        """The audit of host ``name`` (KeyError when it was not audited): a dict look-up, so the views and flows
+        that ask for every host of a fleet stay linear in its size."""
+        return self._by_name[name]
+
+    @functools.cached_property
+    def _by_name(self) -> dict[str, HostAudit]:
+        by_name: dict[str, HostAudit] = {}
         for h in self.hosts:
-            if h.host == name:
-                return h
-        raise KeyError(name)
+            by_name.setdefault(h.host, h)  # the first of a name, as the scan before it returned
+        return by_name
 
     @property
     def not_probed(self) -> list[str]:

@@ -243,7 +243,8 @@ def compare(previous: Mapping[str, Any] | None, current: AuditResult) -> Compari
             hosts_not_probed_before=tuple(h for h in current_order if h in probed_now),
         )
     prev_by_host, probed_before, prev_order = _previous_findings(previous)
-    order = current_order + [h for h in prev_order if h not in current_order]
+    listed = set(current_order)  # a set: a list's `in` made this step quadratic in the fleet's size (issue 25)
+    order = current_order + [h for h in prev_order if h not in listed]
     before: dict[Key, Finding] = {}
     for host, found in prev_by_host.items():
         for f in found:

@@ -261,7 +261,9 @@ def _lease_request(op: str, **fields: Any) -> str:
     return "python3 - " + shlex.quote(payload)
 
 
-def _lease_answers(hosts: Sequence[Host], command: str, connect_timeout: float, concurrency: int) -> dict[str, Any]:
+def _lease_answers(
+    hosts: Sequence[Host], command: str, connect_timeout: float, concurrency: int | None
+) -> dict[str, Any]:
     from remediation.transport.fanout import Status, fan_out
 
     runs = fan_out(
@@ -310,7 +312,7 @@ def host_leases(
     planned: Sequence[str] = (),
     ttl_s: float = DEFAULT_TTL_S,
     connect_timeout: float = 10.0,
-    concurrency: int = 32,
+    concurrency: int | None = None,
     change: str = "",
 ) -> Iterator[HostLeases]:
     """Hold the rollout lease on every reachable host of ``hosts`` for the ``with`` block (all or none).

@@ -1,8 +1,8 @@
-"""Fleet fan-out over SSH with Fabric: bounded, timed out, host keys verified, every host kept.
+"""Fleet fan-out over SSH with paramiko: bounded, timed out, host keys verified, every host kept.
 
 Never a bare ``ThreadingGroup`` over the whole fleet (one thread per host, no timeouts): a bounded pool runs
-one Fabric ``Connection`` per host with a connect timeout and a command timeout; a non-zero exit is data
-(``warn=True``), not an exception.
+one paramiko ``SSHClient`` per host with a connect timeout and a command timeout; a non-zero exit is data, not
+an exception.
 
 It connects the way Ansible's ssh connection (that is, ssh(1)) does with the same inventory
 (:mod:`remediation.transport.sshopts` reads the options): keys from the SSH agent and from identity files, encrypted
@@ -16,6 +16,9 @@ every hop too, against the files ssh would read (:mod:`remediation.transport.kno
 from __future__ import annotations
 
 import contextlib
+import functools
+import logging
+import os
 import shlex
 import socket
 import threading
@@ -178,10 +181,60 @@ def _proxy_command(command: str) -> Any:
     return paramiko.ProxyCommand(shlex.join(["/bin/sh", "-c", "exec " + command]))
 
 
-def _connection(ep: _Endpoint, connect_timeout: float, sock: Any = None) -> Any:
-    """A Fabric connection (not opened) that checks the host key strictly and authenticates like ssh(1)."""
-    from fabric import Config, Connection
+#: Ciphers tried first, in this order: the AEAD modes OpenSSH offers by default (Azure's Ubuntu images included).
+#: Their tag is checked in C by ``cryptography``; with paramiko's default first choice (aes128-ctr + hmac-sha2-256)
+#: every packet's MAC is compared byte by byte in Python, about a tenth of the controller's CPU per host in the
+#: profile (issue 25). Every other cipher paramiko knows stays offered after them, so a server without GCM still
+#: negotiates as before: an order, not a restriction.
+PREFERRED_CIPHERS: tuple[str, ...] = ("aes128-gcm@openssh.com", "aes256-gcm@openssh.com")
 
+
+@functools.cache
+def _transport_class() -> type:
+    import paramiko
+
+    ciphers = tuple(c for c in PREFERRED_CIPHERS if c in paramiko.Transport._preferred_ciphers)
+    rest = tuple(c for c in paramiko.Transport._preferred_ciphers if c not in ciphers)
+
+    class AeadFirstTransport(paramiko.Transport):  # type: ignore[misc]
+        """paramiko's Transport with :data:`PREFERRED_CIPHERS` first in its cipher preference."""
+
+        _preferred_ciphers = ciphers + rest
+
+        def _parse_debug(self, m: Any) -> None:
+            """sshd's SSH_MSG_DEBUG lines (one per authorized_keys option) only go to the debug log: paramiko
+            escapes each byte of them in Python first, so they are read only when that log is on."""
+            if self.logger.isEnabledFor(logging.DEBUG):
+                super()._parse_debug(m)
+
+    return AeadFirstTransport
+
+
+class _Connection:
+    """One SSH connection (a paramiko ``SSHClient``), opened by :meth:`open`, closed by :meth:`close`.
+
+    What Fabric's ``Connection`` did here, without the invoke ``Config`` it builds and merges for every host
+    (about a tenth of the controller's CPU per audited host in the profile, issue 25): the same ``connect`` call."""
+
+    def __init__(self, ep: _Endpoint, connect_timeout: float, kwargs: dict[str, Any]) -> None:
+        import paramiko
+
+        self.client = paramiko.SSHClient()
+        self._connect = dict(
+            kwargs, hostname=ep.host, port=ep.port, username=ep.user, transport_factory=_transport_class()
+        )
+        if connect_timeout:
+            self._connect["timeout"] = connect_timeout
+
+    def open(self) -> None:
+        self.client.connect(**self._connect)
+
+    def close(self) -> None:
+        self.client.close()
+
+
+def _connection(ep: _Endpoint, connect_timeout: float, sock: Any = None) -> _Connection:
+    """A connection (not opened) that checks the host key strictly and authenticates like ssh(1)."""
     verify, disabled = _host_key_check(ep)
     _, home = local_user()
     ids = Identities(ep.user, ep.options.identity_files, ep.options.identities_only, ep.options.identity_agent, home)
@@ -190,17 +243,9 @@ def _connection(ep: _Endpoint, connect_timeout: float, sock: Any = None) -> Any:
         kwargs["disabled_algorithms"] = {"keys": disabled}
     if sock is not None:
         kwargs["sock"] = sock
-    config = Config(overrides={"load_ssh_configs": False, "run": {"hide": True, "warn": True}})
-    conn = Connection(
-        host=ep.host,
-        user=ep.user,
-        port=ep.port,
-        connect_timeout=connect_timeout,
-        connect_kwargs=kwargs,
-        config=config,
-    )
-    # Fabric's own default is AutoAddPolicy; ours is set before anything connects, and no key is preloaded into
-    # paramiko's stores, so every key the server shows goes through verify().
+    conn = _Connection(ep, connect_timeout, kwargs)
+    # paramiko's default policy refuses an unknown key; ours is set before anything connects, and no key is loaded
+    # into paramiko's stores, so every key the server shows goes through verify().
     conn.client.set_missing_host_key_policy(_policy(verify))
     return conn
 
@@ -246,7 +291,7 @@ def _shut(sock: Any) -> None:
 
 
 def _close(conn: Any) -> None:
-    """Close a Fabric connection; one run over a bastion's channel closes that channel only once its transport's
+    """Close a connection; one run over a bastion's channel closes that channel only once its transport's
     thread has stopped (:class:`_Tunnel`)."""
     transport = None
     with contextlib.suppress(Exception):
@@ -475,11 +520,32 @@ def _exec(  # type: ignore[no-untyped-def]
         chan.close()
 
 
+#: The longest a reader sleeps on :func:`_output_event` before it looks again (an exit status with no output after it).
+OUTPUT_WAIT_S = 0.25
+
+
+def _output_event(chan: Any) -> threading.Event | None:
+    """An event paramiko sets when the channel's stdout or stderr gets data or reaches EOF (None for a channel
+    that is not paramiko's). The reader used to wake every 50 ms per host while the probe ran: at a few hundred
+    hosts in flight, a share of the controller's CPU spent on finding nothing to read (issue 25)."""
+    buffers = (getattr(chan, "in_buffer", None), getattr(chan, "in_stderr_buffer", None))
+    if any(b is None or not hasattr(b, "set_event") for b in buffers):
+        return None
+    event = threading.Event()
+    for b in buffers:
+        b.set_event(event)  # type: ignore[union-attr]
+    # set_event cleared it if that buffer was empty: data the other buffer already holds must not wait.
+    if any(b.read_ready() for b in buffers):  # type: ignore[union-attr]
+        event.set()
+    return event
+
+
 def read_output(chan: Any, deadline: float, max_stdout: int, max_stderr: int) -> tuple[bytes, bytes]:
     """A channel's stdout and stderr until the command exits: at most ``max_stdout`` / ``max_stderr`` bytes each
     (:class:`OutputTooLarge` past that: nothing more is read), :class:`CommandTimeout` past ``deadline``."""
     out, err = bytearray(), bytearray()
     exited_at = None
+    wake = _output_event(chan)
     while True:
         if chan.recv_ready():
             out += chan.recv(min(65536, max_stdout + 1 - len(out)))
@@ -500,6 +566,8 @@ def read_output(chan: Any, deadline: float, max_stdout: int, max_stderr: int) ->
             if time.monotonic() - exited_at > EOF_GRACE_S:
                 break
             time.sleep(0.005)
+        elif wake is not None and not chan.eof_received:
+            wake.wait(OUTPUT_WAIT_S)  # set by paramiko when output arrives or ends: no polling while the probe runs
         else:
             chan.status_event.wait(0.05)
         if time.monotonic() > deadline:
@@ -553,19 +621,49 @@ def run_one(
             hops.close()
 
 
+#: Hosts in flight per CPU of the controller, and the most at once whatever the machine. A host in flight is
+#: mostly waiting (handshake round trips, the probe running on the host): one controller CPU keeps this many busy.
+HOSTS_PER_CPU = 64
+MAX_CONCURRENCY = 512
+#: Open files one host in flight may need: its socket, a ProxyCommand's two pipes, a known_hosts or key file read.
+FDS_PER_HOST = 4
+FDS_RESERVED = 64  # the controller's own files (logs, the inventory, the report, Python's imports)
+
+
+def auto_concurrency(hosts: int, cpus: int | None = None, fd_limit: int | None = None) -> int:
+    """How many hosts the fan-out runs at once when neither ``--concurrency`` nor ``audit.concurrency`` says:
+
+    ``min(hosts, HOSTS_PER_CPU x CPUs, (open-file soft limit - FDS_RESERVED) / FDS_PER_HOST, MAX_CONCURRENCY)``,
+    at least 1. The CPUs are those this process may run on (its affinity), the limit is ``RLIMIT_NOFILE``'s soft one:
+    a fleet never opens more connections than the process can hold, and a small fleet never starts idle threads."""
+    if cpus is None:
+        try:
+            cpus = len(os.sched_getaffinity(0))
+        except (AttributeError, OSError):
+            cpus = os.cpu_count() or 1
+    if fd_limit is None:
+        import resource
+
+        soft, _hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+        fd_limit = soft if soft != resource.RLIM_INFINITY else 1 << 20
+    by_fds = (fd_limit - FDS_RESERVED) // FDS_PER_HOST
+    return max(1, min(hosts, HOSTS_PER_CPU * max(1, cpus), by_fds, MAX_CONCURRENCY))
+
+
 def fan_out(
     hosts: Iterable[Host],
     command: str,
     *,
     stdin: bytes | None = None,
-    concurrency: int = 32,
+    concurrency: int | None = None,
     connect_timeout: float = 10.0,
     timeout: float = 60.0,
     progress: Callable[[HostRun], None] | None = None,
     max_stdout: int = MAX_STDOUT,
     max_stderr: int = MAX_STDERR,
 ) -> FanoutResult:
-    """Run ``command`` on every host (at most ``concurrency`` at once); every host is in the result.
+    """Run ``command`` on every host (at most ``concurrency`` at once, :func:`auto_concurrency` when None); every
+    host is in the result.
 
     On a host whose inventory escalates (:class:`~remediation.transport.inventory.Become`) it runs through ``sudo -n``
     (:func:`remote_command`); sudo refusing it (a password needed, no sudoers entry) is that host's error (FAILED,
@@ -575,6 +673,8 @@ def fan_out(
     At most ``max_stdout`` / ``max_stderr`` bytes are read from one host: a host that sends more is that host's
     error (FAILED, ``probe output over N MiB``), never the controller's memory."""
     hosts = list(hosts)
+    if concurrency is None:
+        concurrency = auto_concurrency(len(hosts))
     if concurrency < 1:
         raise FanoutError(f"--concurrency {concurrency} must be at least 1")
     for host in hosts:  # before any host is reached: nothing runs on one host of a run another cannot take

@@ -20,6 +20,7 @@ Everything here is pure: no file is read and nothing is connected.
 
 from __future__ import annotations
 
+import functools
 import getopt
 import os
 import pwd
@@ -83,7 +84,13 @@ class SshTarget:
 
 def local_user() -> tuple[str, Path]:
     """The local user's name and home directory from the password database, as ssh(1) takes them."""
-    entry = pwd.getpwuid(os.getuid())
+    return _user_entry(os.getuid())
+
+
+@functools.lru_cache(maxsize=4)
+def _user_entry(uid: int) -> tuple[str, Path]:
+    """One password-database read per uid and process: asked for every host and connection of a fleet run."""
+    entry = pwd.getpwuid(uid)
     return entry.pw_name, Path(entry.pw_dir)
 
 
@@ -162,9 +169,15 @@ def expand_path(text: str, tokens: Mapping[str, str], home: Path, where: str) ->
 def split_args(text: str, where: str) -> list[str]:
     """Split one ``*_args`` value as Ansible's ssh plugin does (``shlex``; empty pieces dropped)."""
     try:
-        return [part.strip() for part in shlex.split(text) if part.strip()]
+        return list(_split(text))
     except ValueError as exc:
         raise InventoryError(f"{where}: cannot split {text!r}: {exc}") from None
+
+
+@functools.lru_cache(maxsize=256)
+def _split(text: str) -> tuple[str, ...]:
+    """:func:`split_args` once per distinct text: a fleet's hosts mostly share their ``*_args``."""
+    return tuple(part.strip() for part in shlex.split(text) if part.strip())
 
 
 def _option(text: str, where: str) -> tuple[str, str]:

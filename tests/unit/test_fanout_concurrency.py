@@ -1,0 +1,58 @@
+"""The fan-out's concurrency chosen from the machine and the fleet (issue 25), and the cipher order it offers."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import paramiko
+import pytest
+
+from remediation.config import AuditSettings, load_section
+from remediation.core.errors import FanoutError, UsageError
+from remediation.transport import fanout
+from remediation.transport.fanout import auto_concurrency, fan_out
+
+
+def test_a_small_fleet_gets_one_connection_per_host() -> None:
+    assert auto_concurrency(10, cpus=2, fd_limit=1024) == 10
+
+
+def test_a_large_fleet_is_bounded_by_the_cpus() -> None:
+    assert auto_concurrency(1000, cpus=2, fd_limit=1 << 20) == 2 * fanout.HOSTS_PER_CPU
+
+
+def test_the_open_file_limit_bounds_it() -> None:
+    assert auto_concurrency(1000, cpus=16, fd_limit=256) == (256 - fanout.FDS_RESERVED) // fanout.FDS_PER_HOST
+
+
+def test_never_above_the_cap_and_never_below_one() -> None:
+    assert auto_concurrency(100_000, cpus=64, fd_limit=1 << 20) == fanout.MAX_CONCURRENCY
+    assert auto_concurrency(0, cpus=2, fd_limit=1024) == 1
+    assert auto_concurrency(1000, cpus=2, fd_limit=10) == 1
+
+
+def test_this_machine_gives_a_bounded_number() -> None:
+    assert 1 <= auto_concurrency(3) <= 3
+    assert 1 <= auto_concurrency(10_000) <= fanout.MAX_CONCURRENCY
+
+
+def test_audit_concurrency_defaults_to_chosen_and_a_number_overrides() -> None:
+    assert AuditSettings().concurrency is None
+    assert load_section(AuditSettings, {"concurrency": None}, "audit").concurrency is None
+    assert load_section(AuditSettings, {"concurrency": "8"}, "audit").concurrency == 8
+    with pytest.raises(UsageError, match=r"setting audit\.concurrency .*above 0"):
+        load_section(AuditSettings, {"concurrency": 0}, "audit")
+
+
+def test_fan_out_takes_none_as_chosen_and_refuses_zero() -> None:
+    assert fan_out([], "true", concurrency=None).runs == {}
+    with pytest.raises(FanoutError, match="at least 1"):
+        fan_out([], "true", concurrency=0)
+
+
+def test_aead_ciphers_are_offered_first_and_nothing_is_dropped() -> None:
+    transport: Any = fanout._transport_class()
+    offered = transport._preferred_ciphers
+    assert offered[:2] == ("aes128-gcm@openssh.com", "aes256-gcm@openssh.com")
+    assert sorted(offered) == sorted(paramiko.Transport._preferred_ciphers)
+    assert paramiko.Transport._preferred_ciphers[0] == "aes128-ctr", "paramiko's own order is left alone"
