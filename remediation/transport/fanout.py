@@ -1,8 +1,8 @@
-"""Fleet fan-out over SSH with paramiko: bounded, timed out, host keys verified, every host kept.
+"""Fleet fan-out over SSH with Fabric: bounded, timed out, host keys verified, every host kept.
 
 Never a bare ``ThreadingGroup`` over the whole fleet (one thread per host, no timeouts): a bounded pool runs
-one paramiko ``SSHClient`` per host with a connect timeout and a command timeout; a non-zero exit is data, not
-an exception.
+one Fabric ``Connection`` per host (one shared Fabric ``Config``) with a connect timeout and a command timeout; a
+non-zero exit is data, not an exception.
 
 It connects the way Ansible's ssh connection (that is, ssh(1)) does with the same inventory
 (:mod:`remediation.transport.sshopts` reads the options): keys from the SSH agent and from identity files, encrypted
@@ -210,31 +210,21 @@ def _transport_class() -> type:
     return AeadFirstTransport
 
 
-class _Connection:
-    """One SSH connection (a paramiko ``SSHClient``), opened by :meth:`open`, closed by :meth:`close`.
+@functools.cache
+def _fabric_config() -> Any:
+    """One Fabric ``Config`` for every connection of the process (no ssh_config files: :mod:`sshopts` reads the
+    inventory's options; commands hidden and a non-zero exit returned, not raised). Fabric merges a new one for each
+    ``Connection`` built without it, about a tenth of the controller's CPU per audited host in the profile
+    (issue 25); given one, ``Connection`` only reads it, so sharing it across the pool's threads is safe."""
+    from fabric import Config
 
-    What Fabric's ``Connection`` did here, without the invoke ``Config`` it builds and merges for every host
-    (about a tenth of the controller's CPU per audited host in the profile, issue 25): the same ``connect`` call."""
-
-    def __init__(self, ep: _Endpoint, connect_timeout: float, kwargs: dict[str, Any]) -> None:
-        import paramiko
-
-        self.client = paramiko.SSHClient()
-        self._connect = dict(
-            kwargs, hostname=ep.host, port=ep.port, username=ep.user, transport_factory=_transport_class()
-        )
-        if connect_timeout:
-            self._connect["timeout"] = connect_timeout
-
-    def open(self) -> None:
-        self.client.connect(**self._connect)
-
-    def close(self) -> None:
-        self.client.close()
+    return Config(overrides={"load_ssh_configs": False, "run": {"hide": True, "warn": True}})
 
 
-def _connection(ep: _Endpoint, connect_timeout: float, sock: Any = None) -> _Connection:
-    """A connection (not opened) that checks the host key strictly and authenticates like ssh(1)."""
+def _connection(ep: _Endpoint, connect_timeout: float, sock: Any = None) -> Any:
+    """A Fabric connection (not opened) that checks the host key strictly and authenticates like ssh(1)."""
+    from fabric import Connection
+
     verify, disabled = _host_key_check(ep)
     _, home = local_user()
     ids = Identities(ep.user, ep.options.identity_files, ep.options.identities_only, ep.options.identity_agent, home)
@@ -243,9 +233,17 @@ def _connection(ep: _Endpoint, connect_timeout: float, sock: Any = None) -> _Con
         kwargs["disabled_algorithms"] = {"keys": disabled}
     if sock is not None:
         kwargs["sock"] = sock
-    conn = _Connection(ep, connect_timeout, kwargs)
-    # paramiko's default policy refuses an unknown key; ours is set before anything connects, and no key is loaded
-    # into paramiko's stores, so every key the server shows goes through verify().
+    kwargs["transport_factory"] = _transport_class()
+    conn = Connection(
+        host=ep.host,
+        user=ep.user,
+        port=ep.port,
+        connect_timeout=connect_timeout,
+        connect_kwargs=kwargs,
+        config=_fabric_config(),
+    )
+    # Fabric's own default is AutoAddPolicy; ours is set before anything connects, and no key is preloaded into
+    # paramiko's stores, so every key the server shows goes through verify().
     conn.client.set_missing_host_key_policy(_policy(verify))
     return conn
 
