@@ -1,6 +1,6 @@
 """Benchmark: a launch burst on two Azure OpenAI deployments: our client, openai-python as shipped, LiteLLM's Router.
 
-    .venv/bin/python bench/aoai_burst.py [--rounds 3] [--part scaled|real|both] [--json FILE]
+    .venv/bin/python bench/aoai_burst.py [--rounds 3] [--part scaled|real|both] [--json FILE] [--smoke]
     .venv/bin/pip install -e '.[bench]'      # LiteLLM, for the real-time part (else that part says why it is skipped)
 
 **The service** is the local stand-in (``lab/services/aoai.py``, real HTTP on loopback), and it does not take the
@@ -169,25 +169,27 @@ def burst(name: str, svc: FakeAzureOpenAI, send: Send, bodies: list[dict[str, An
     return figures
 
 
-def scaled_round(window: float) -> list[dict[str, Any]]:
+def scaled_round(window: float, requests: int = 2000, threads: int = 64) -> list[dict[str, Any]]:
     limits = {"eastus": 80_000, "swedencentral": 40_000}
     combined = sum(limits.values())
-    bodies = workload(2000, seed=2024)
+    bodies = workload(requests, seed=2024)
     runs = []
     with FakeAzureOpenAI([FakeDeployment(n, t) for n, t in limits.items()], window_s=window, api_key="bench") as svc:
-        runs.append(burst("scaled: ours (+10 %)", svc, ours(svc.url, window, told(limits, OFF)), bodies, 64, window,
-                          combined))
-        runs.append(burst("scaled: ours (-10 %)", svc, ours(svc.url, window, told(limits, 1 / OFF)), bodies, 64,
+        runs.append(burst("scaled: ours (+10 %)", svc, ours(svc.url, window, told(limits, OFF)), bodies, threads,
                           window, combined))
-        runs.append(burst("scaled: openai-python", svc, openai_python(svc.url, list(limits)), bodies, 64, window,
+        runs.append(burst("scaled: ours (-10 %)", svc, ours(svc.url, window, told(limits, 1 / OFF)), bodies, threads,
+                          window, combined))
+        runs.append(burst("scaled: openai-python", svc, openai_python(svc.url, list(limits)), bodies, threads, window,
                           combined))
     shared = [FakeDeployment("eastus", limits["eastus"]),
               FakeDeployment("swedencentral", limits["swedencentral"] // 2, retry_after_override_s=86400)]
-    short = bodies[:600]
+    short = bodies[:requests * 3 // 10]
     with FakeAzureOpenAI(shared, window_s=window, api_key="bench") as svc:
         real = sum(d.tpm for d in shared)  # what the service really offers now; the clients were told `limits`
-        runs.append(burst("86400: ours (told 120,000)", svc, ours(svc.url, window, limits), short, 64, window, real))
-        runs.append(burst("86400: openai-python", svc, openai_python(svc.url, list(limits)), short, 64, window, real))
+        runs.append(burst("86400: ours (told 120,000)", svc, ours(svc.url, window, limits), short, threads, window,
+                          real))
+        runs.append(burst("86400: openai-python", svc, openai_python(svc.url, list(limits)), short, threads, window,
+                          real))
     return runs
 
 
@@ -265,13 +267,19 @@ def main() -> None:
     ap.add_argument("--part", choices=("scaled", "real", "both"), default="both")
     ap.add_argument("--window", type=float, default=6.0, help="seconds in the scaled part's minute (60 = Azure)")
     ap.add_argument("--json", type=Path, help="write every run and the medians here too")
+    ap.add_argument("--smoke", action="store_true",
+                    help="a few seconds: one round of the scaled part, 120 requests from 8 threads, a 1 s minute "
+                         "(that the bench still runs; its figures mean nothing)")
     args = ap.parse_args()
+    requests, threads = 2000, 64
+    if args.smoke:
+        args.rounds, args.part, args.window, requests, threads = 1, "scaled", 1.0, 120, 8
     rounds: list[list[dict[str, Any]]] = []
     for i in range(args.rounds):
         print(f"--- round {i + 1} of {args.rounds}", flush=True)
         runs: list[dict[str, Any]] = []
         if args.part in ("scaled", "both"):
-            runs += scaled_round(args.window)
+            runs += scaled_round(args.window, requests, threads)
         if args.part in ("real", "both"):
             runs += real_round()
         rounds.append(runs)

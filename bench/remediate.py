@@ -1,7 +1,10 @@
 """Benchmark: the closed loop (``invoke remediate --yes``) against the same faults fixed by hand with the existing
 tasks, on 30 lab hosts with 6 faults of different kinds (issue 26's figures).
 
-    .venv/bin/python bench/remediate.py [--hosts 30] [--runs 3] [--part loop|hand|both]
+    .venv/bin/python bench/remediate.py [--hosts 30] [--runs 3] [--part loop|hand|both] [--smoke]
+
+``--smoke`` (tests/bench/test_bench_smoke.py, so the bench never rots): the loop alone on 8 hosts (the fewest the
+fleet allows), the same goals; its seconds mean nothing.
 
 The fleet, built the same way for each part (fresh hosts each time, as ``bench/harden.py`` builds its lab): N generic
 lab hosts, **hardened first** (every host but the two that are meant to stay unhardened): a fresh lab host has the
@@ -376,7 +379,10 @@ def main() -> None:
     ap.add_argument("--hosts", type=int, default=30)
     ap.add_argument("--runs", type=int, default=3, help="scheduled runs of the loop at most")
     ap.add_argument("--part", choices=("loop", "hand", "both"), default="both")
+    ap.add_argument("--smoke", action="store_true", help="the loop alone on 8 hosts (that the bench still runs)")
     args = ap.parse_args()
+    if args.smoke:
+        args.hosts, args.part = 8, "loop"
     if args.hosts < 8:
         ap.error("--hosts must be at least 8: six faulted hosts, and four critical ones must stay within the "
                  "breaker's 50 %")

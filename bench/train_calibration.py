@@ -1,14 +1,16 @@
 """The planner against the measured points of tests/fixtures/corpus/memory-dev.md (development half).
 
-    .venv/bin/python bench/train_calibration.py
+    .venv/bin/python bench/train_calibration.py [--smoke]
 
 Prints the README's table: the predicted allocated peak of each fully specified point and its error, the capacity
 points (the longest sequence that fits, an OOM), and the ACTIVATION_SCALE a least-squares fit on the peak points
 gives (the planner's constant should be that value). Not a test: tests/unit/test_train_plan.py bounds the errors.
+``--smoke`` (every bench takes it; tests/bench/test_bench_smoke.py runs it) is the whole run: it takes a second.
 """
 
 from __future__ import annotations
 
+import argparse
 import sys
 from pathlib import Path
 
@@ -25,6 +27,9 @@ UNDER = 0.05  # issue 23: a peak under-predicted by more than 5 % out of sample 
 
 
 def main() -> int:
+    ap = argparse.ArgumentParser(description="the planner against the measured points (development half)")
+    ap.add_argument("--smoke", action="store_true", help="the same run (it is already a second's work)")
+    ap.parse_args()
     print("| point | job | measured | planner | error |")
     print("|---|---|---|---|---|")
     errors = []

@@ -61,18 +61,68 @@ def positionals(task: Any) -> int:
     return sum(1 for argument in task.get_arguments() if argument.positional)
 
 
+def in_process(program: str, argv: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str, str]:
+    """``program`` (``invoke`` or ``gpufleet``) run on ``argv`` in this process, as its console script runs it: the
+    same :class:`invoke.Program` object (``invoke.main.program``, which :func:`commands._task_help` also reads, or
+    ``commands.cli.program``), from the checkout; returns (exit status, stdout, stderr)."""
+    import invoke.main
+
+    import commands.cli
+
+    runner = invoke.main.program if program == "invoke" else commands.cli.program
+    capsys.readouterr()
+    try:
+        runner.run([program, *argv])
+        code = 0
+    except SystemExit as exc:
+        code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+@pytest.fixture
+def checkout_cwd(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """The working directory and environment of ``cli``: the checkout (Invoke finds tasks.py and invoke.yaml there),
+    no user config file (HOME is an empty temp dir, as nothing in the checkout may depend on ~/.invoke.yaml)."""
+    monkeypatch.chdir(ROOT)
+    monkeypatch.setenv("HOME", str(tmp_path))
+
+
+def check_task_help(program: str, usage: str, name: str, task: Any, code: int, out: str, err: str) -> None:
+    # at most one positional: with two, Invoke's parser gives -h to the first and misses the second before any task
+    # code runs (aoai.alerts, aoai.apim and lab.fault take flags for that reason)
+    assert positionals(task) <= 1, name
+    assert code == 0, err
+    assert out.startswith(f"Usage: {usage} [--core-opts] {name} "), out[:200]
+    assert err == ""
+
+
+@pytest.mark.parametrize(
+    ("program", "usage"), [("invoke", "inv[oke]"), ("gpufleet", "gpufleet")], ids=["invoke", "gpufleet"]
+)
+@pytest.mark.parametrize(("name", "task"), TASKS, ids=NAMES)
+def test_dash_h_after_any_task_is_its_help(
+    program: str, usage: str, name: str, task: Any, checkout_cwd: None, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Every task, in process (one interpreter for all: the parse and the help are Invoke's and FleetProgram's
+    Python, the same code the console scripts run); the subprocess cases below run the programs themselves."""
+    check_task_help(program, usage, name, task, *in_process(program, [name, "-h"], capsys))
+
+
+#: The programs themselves, end to end (``python -m invoke`` and ``python -m commands.cli``), on tasks of each kind:
+#: no positional (audit.run, lab.status, train.plan, aoai.alerts: flags only, it once had two positionals), one
+#: positional (diagnose, k8s.render).
+SUBPROCESS_TASKS = ["audit.run", "diagnose", "aoai.alerts", "lab.status", "k8s.render", "train.plan"]
+
+
 @pytest.mark.parametrize(
     ("program", "usage"), [(INVOKE, "inv[oke]"), (GPUFLEET, "gpufleet")], ids=["invoke", "gpufleet"]
 )
-@pytest.mark.parametrize(("name", "task"), TASKS, ids=NAMES)
-def test_dash_h_after_any_task_is_its_help(program: list[str], usage: str, name: str, task: Any) -> None:
-    # at most one positional: with two, Invoke's parser gives -h to the first and misses the second before any task
-    # code runs (aoai.alerts and aoai.apim take flags for that reason)
-    assert positionals(task) <= 1, name
+@pytest.mark.parametrize("name", SUBPROCESS_TASKS)
+def test_dash_h_after_a_task_is_its_help_as_a_program(program: list[str], usage: str, name: str) -> None:
+    task = dict(TASKS)[name]
     r = cli([*program, name, "-h"])
-    assert r.returncode == 0, r.stderr
-    assert r.stdout.startswith(f"Usage: {usage} [--core-opts] {name} "), r.stdout[:200]
-    assert r.stderr == ""
+    check_task_help("invoke" if program is INVOKE else "gpufleet", usage, name, task, r.returncode, r.stdout, r.stderr)
 
 
 @pytest.mark.parametrize("argv", [["audit", "-h"], ["k8s.render", "--help"], ["train.plan", "--model", "x", "-h"]])
