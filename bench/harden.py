@@ -41,6 +41,7 @@ from lab.control import Lab  # noqa: E402
 from remediation.host.audit import AuditOptions, run_audit  # noqa: E402
 from remediation.host.harden import harden  # noqa: E402
 from remediation.kernelupdate.flow import KernelUpdateOptions, kernel_update  # noqa: E402
+from remediation.rollout.engine import StopReason  # noqa: E402
 from remediation.transport.inventory import load  # noqa: E402
 from remediation.transport.runner import collections_first  # noqa: E402
 
@@ -149,7 +150,7 @@ def bench_kernel_update(n: int) -> dict[str, float]:
         hosts = load(inv, "gpu")
         audit, _ = timed(lambda: run_audit(hosts, options))
         check, rc = timed(lambda: kernel_update(hosts, inv, options, KernelUpdateOptions(dry_run=True, state_dir=tmp)))
-        assert rc.stopped == "dry-run" and all(p.changes_host for p in rc.plan), [p.reason for p in rc.plan]
+        assert rc.stopped is StopReason.PREVIEW and all(p.changes_host for p in rc.plan), [p.reason for p in rc.plan]
         full, rf = timed(lambda: kernel_update(hosts, inv, options, KernelUpdateOptions(
             allow_reboot=True, batch=quarter, max_failures=n, reboot_timeout=120, state_dir=tmp)))
         assert rf.exit_code == 0, [(o.host, o.status, o.detail) for o in rf.outcomes if not o.ok]
