@@ -2,18 +2,23 @@
 
 audit (the probe) -> plan (which hosts need which role; compliant hosts cost no Ansible run) ->
 ``--check`` shows the per-host diff and stops -> confirm unless ``--yes`` -> apply ``playbooks/harden.yml``
-through ansible-runner, limited to the hosts that need it -> re-audit -> not converged means non-zero exit.
+through ansible-runner, limited to the hosts that need it -> re-audit (each batch's hosts as soon as the next batch
+starts, while it runs; the rest at the end) -> not converged means non-zero exit.
 Hosts that cannot be changed safely (unreachable, dpkg lock held) are reported and left alone; the others go on.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+import datetime as _dt
+import time
+from collections.abc import Callable, Mapping, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from remediation.core.exitcodes import ExitCode
-from remediation.host.audit import AuditOptions, AuditResult, run_audit
+from remediation.host.audit import AuditOptions, AuditResult, HostAudit, run_audit
 from remediation.rollout.engine import StopReason
 from remediation.transport.inventory import Host
 from remediation.transport.runner import PlaybookResult, run_playbook
@@ -129,6 +134,59 @@ def harden(
         return HardenResult(before, the_plan, preview, None, StopReason.PREVIEW)
     if confirm is not None and not confirm(the_plan, preview):
         return HardenResult(before, the_plan, preview, None, StopReason.DECLINED)
-    applied = run_playbook(PLAYBOOK, inventory, limit=the_plan.to_change, diff=diff, extravars=extravars)
-    after = run_audit(hosts, options, inventory=str(inventory))
+    with _BatchAudits(hosts, options, inventory) as audits:
+        applied = run_playbook(PLAYBOOK, inventory, limit=the_plan.to_change, diff=diff, extravars=extravars,
+                               on_event=audits.on_event)
+        after = audits.result()
     return HardenResult(before, the_plan, applied, after, None)
+
+
+class _BatchAudits:
+    """The re-audit of a harden run, done while the playbook still runs: when a ``serial`` batch starts, the hosts of
+    the batch before it are finished (Ansible runs batches one after the other) and are audited in the background
+    while this batch runs; :meth:`result` audits the rest (the last batch, hosts the play did not touch) and gives one
+    :class:`AuditResult` of every host, in the order of ``hosts``."""
+
+    def __init__(self, hosts: Sequence[Host], options: AuditOptions, inventory: str | Path) -> None:
+        self.hosts = list(hosts)
+        self.by_name = {h.name: h for h in hosts}
+        self.options = options
+        self.inventory = str(inventory)
+        self.pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="harden-audit")
+        self.pending: list[Future[AuditResult]] = []
+        self.batch: list[str] = []  # hosts of the running batch
+        self.sent: set[str] = set()
+
+    def __enter__(self) -> _BatchAudits:
+        return self
+
+    def __exit__(self, *_exc: object) -> None:
+        self.pool.shutdown(wait=True, cancel_futures=True)
+
+    def on_event(self, event: Mapping[str, Any]) -> None:
+        kind = event.get("event", "")
+        if kind == "playbook_on_play_start":
+            self._send()
+            return
+        host = (event.get("event_data") or {}).get("host")
+        if kind.startswith("runner_on_") and host in self.by_name and host not in self.sent and host not in self.batch:
+            self.batch.append(host)
+
+    def _send(self) -> None:
+        if self.batch:
+            batch = [self.by_name[n] for n in self.batch]
+            self.sent.update(self.batch)
+            self.batch = []
+            self.pending.append(self.pool.submit(run_audit, batch, self.options, inventory=self.inventory))
+
+    def result(self) -> AuditResult:
+        started = _dt.datetime.now(_dt.UTC)
+        t0 = time.monotonic()
+        rest = [h for h in self.hosts if h.name not in self.sent]
+        last = run_audit(rest, self.options, inventory=self.inventory) if rest else None
+        by_host: dict[str, HostAudit] = {}
+        for part in [*(f.result() for f in self.pending), *([last] if last is not None else [])]:
+            started = min(started, part.started_at)
+            by_host.update((h.host, h) for h in part.hosts)
+        return AuditResult(last.fleet if last is not None else "gpu", self.inventory, started,
+                           time.monotonic() - t0, tuple(by_host[h.name] for h in self.hosts if h.name in by_host))

@@ -3,8 +3,10 @@
 plan -> preview (``--check``) or confirm -> the fleet lock (local) and a lease on every reachable host of the fleet ->
 per batch: renew the leases (one lost: stop before the batch) -> apply -> gate (a re-audit of the batch) -> journal
 -> undo on every failed host what this run recorded there -> stop rules (failure limit, Ctrl-C) -> final audit of the
-touched hosts. The change itself is an adapter (:class:`Change`): it plans each host, applies a batch, judges a host
-after the gate audit and undoes a host; the engine owns everything else, so every change gets the same guarantees:
+touched hosts (a host done reuses its gate audit). The leases are renewed before every batch but the first, which
+starts right after they were taken; a batch's gate audit and journal read run at the same time. The change itself
+is an adapter (:class:`Change`): it plans each host, applies a batch, judges a host after the gate audit and undoes
+a host; the engine owns everything else, so every change gets the same guarantees:
 
 - a batch whose apply times out, crashes or gets SIGINT is a failed batch: its hosts are gated, undone and reported
   like any failed host, the run stops and the incident report says where and why (exit 1, never a traceback); a host
@@ -28,6 +30,7 @@ import json
 import time
 import uuid
 from collections.abc import Callable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from enum import StrEnum
 from pathlib import Path
@@ -539,10 +542,12 @@ def run_rollout(
             if change.host_of(p) in leases.unreachable:
                 record(Outcome(change.host_of(p), p, Verdict.LEFT_ALONE, where="not leased", detail=UNLEASED))
         leased = [p for p in to_change if change.host_of(p) not in leases.unreachable]
+        gates: dict[str, HostAudit] = {}  # host -> its batch's gate audit
         for i in range(0, len(leased), settings.batch):
             batch = leased[i : i + settings.batch]
             names = [change.host_of(p) for p in batch]
-            if stopped is None and (lost := leases.renew()):
+            # The leases were taken just before the first batch; every later batch renews them first.
+            if stopped is None and i > 0 and (lost := leases.renew()):
                 host, why = next(iter(lost.items()))
                 stopped = StopReason.LEASE_LOST
                 stop_detail = (f"stopped before the batch {', '.join(names)}: the lease on {host} is no longer this"
@@ -555,8 +560,8 @@ def run_rollout(
             if hooks.before_batch is not None:
                 hooks.before_batch(names)
             applied = _apply_guarded(change, batch, run_id)
-            gate = run_audit([by_name[n] for n in names], audit_options, fleet=fleet, inventory=str(inventory))
-            journals = read_journals([by_name[n] for n in names], change.spec.journal_path, audit_options)
+            gate, journals = _gate_and_journals(change, [by_name[n] for n in names], audit_options, fleet, inventory)
+            gates.update((n, gate.host(n)) for n in names if _has(gate, n))
             batch_out: list[Outcome[P]] = []
             for p in batch:
                 host = change.host_of(p)
@@ -593,8 +598,43 @@ def run_rollout(
             if hooks.after_batch is not None:
                 hooks.after_batch(names, hooks_out)
     touched = [h for h in hosts if verdicts.get(h.name) is not Verdict.NOT_STARTED]
-    after = run_audit(touched, audit_options, fleet=fleet, inventory=str(inventory)) if touched else None
+    # A host done (or pending) was audited by its batch's gate after its change and nothing of this run touched it
+    # since: the final audit reuses that and probes only the other touched hosts (unchanged, left alone, failed and
+    # undone after their gate).
+    reuse = {h.name: gates[h.name] for h in touched
+             if h.name in gates and verdicts.get(h.name) in (Verdict.DONE, Verdict.PENDING)}
+    after = _final_audit(touched, reuse, audit_options, fleet, inventory) if touched else None
     return done(stopped, stop_detail, after, lock, leases)
+
+
+def _has(result: AuditResult, host: str) -> bool:
+    return any(h.host == host for h in result.hosts)
+
+
+def _gate_and_journals(change: Change[P, OutT], batch: Sequence[Host], options: AuditOptions, fleet: str,
+                       inventory: str | Path) -> tuple[AuditResult, dict[str, Journal | None]]:
+    """The batch's gate audit and its journals, read at the same time (both read-only, the same hosts)."""
+    with ThreadPoolExecutor(max_workers=1) as pool:
+        journals = pool.submit(read_journals, batch, change.spec.journal_path, options)
+        gate = run_audit(batch, options, fleet=fleet, inventory=str(inventory))
+        return gate, journals.result()
+
+
+def _final_audit(touched: Sequence[Host], reuse: Mapping[str, HostAudit], options: AuditOptions, fleet: str,
+                 inventory: str | Path) -> AuditResult:
+    """The audit of ``touched`` at the end of a run: ``reuse``'s gate audits, a fresh probe of the other hosts."""
+    rest = [h for h in touched if h.name not in reuse]
+    if not reuse:
+        return run_audit(rest, options, fleet=fleet, inventory=str(inventory))
+    started = _dt.datetime.now(_dt.UTC)
+    t0 = time.monotonic()
+    fresh = run_audit(rest, options, fleet=fleet, inventory=str(inventory)) if rest else None
+    by_host = dict(reuse)
+    if fresh is not None:
+        started = fresh.started_at
+        by_host.update((h.host, h) for h in fresh.hosts)
+    return AuditResult(fleet, str(inventory), started, time.monotonic() - t0,
+                       tuple(by_host[h.name] for h in touched if h.name in by_host))
 
 
 _DONE = FINISHED - {"undone"}  # a journal that says the host's own work finished

@@ -37,7 +37,7 @@ import sys
 import tempfile
 import threading
 import uuid
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
 from pathlib import Path
@@ -159,8 +159,11 @@ class _Collector:
     changes: dict[str, list[TaskChange]] = field(default_factory=dict)
     failures: dict[str, list[str]] = field(default_factory=dict)
     seen: set[str] = field(default_factory=set)
+    on_event: Callable[[Mapping[str, Any]], None] | None = None
 
     def __call__(self, event: Mapping[str, Any]) -> bool:
+        if self.on_event is not None:
+            self.on_event(event)
         kind = event.get("event", "")
         data = event.get("event_data") or {}
         host = data.get("host")
@@ -332,11 +335,14 @@ def run_playbook(
     job_timeout: int = 1800,
     idle_timeout: int = 600,
     keep_artifacts: Path | None = None,
+    on_event: Callable[[Mapping[str, Any]], None] | None = None,
 ) -> PlaybookResult:
     """Run one playbook; every host targeted is in the result (ok, changed, failed, unreachable, skipped).
 
     ``playbook``: a playbook name of the collection (``"driver_restore"``), its FQCN, or an absolute path to a
     playbook file; the old ``"playbooks/NAME.yml"`` still means the collection's NAME (see :func:`playbook_target`).
+    ``on_event``: called with each of Ansible's events as it arrives, while the playbook runs (keep it quick: the
+    run's output waits for it), e.g. to start work on the hosts of a ``serial`` batch as soon as the next one starts.
     """
     import ansible_runner.interface
 
@@ -362,7 +368,7 @@ def run_playbook(
         cmdline.append("--check")
     if diff:
         cmdline.append("--diff")
-    collector = _Collector()
+    collector = _Collector(on_event=on_event)
     try:
         runner = ansible_runner.interface.init_runner(
             private_data_dir=str(private),

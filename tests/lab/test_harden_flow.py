@@ -74,6 +74,9 @@ def test_apply_skips_a_locked_host_then_converges_without_ansible(fleet) -> None
     assert "dpkg lock held" in (first.plan.blocked[0].blocked or "")
     assert first.applied is not None and first.applied.changed_hosts == ["gpu-1", "gpu-2"]
     assert first.not_converged == ["gpu-3"] and first.exit_code == 1
+    # The re-audit (gpu-1's batch audited while gpu-2's ran, the rest at the end) covers every host, in order.
+    assert first.after is not None and [h.host for h in first.after.hosts] == ["gpu-1", "gpu-2", "gpu-3"]
+    assert all(h.probed for h in first.after.hosts)
     assert fingerprint(fleet, "gpu-3") == locked_before  # left alone, nothing half-written
 
     fleet.clear("gpu-3")
