@@ -44,7 +44,7 @@ def test_pool_at_max_count_and_quota_headroom(arm: ArmService) -> None:
     assert head["standardNCADSA100v4Family"].needed == 48 and not head["standardNCADSA100v4Family"].fits
     assert head["cores"].fits
     quota = [f for f in report.findings if f.id == "AZ-QUOTA-003"]
-    assert len(quota) == 1 and "--limit 120" in quota[0].evidence[1] and "--location eastus" in quota[0].evidence[1]
+    assert len(quota) == 1 and "--vcpus 120" in quota[0].evidence[1] and "--location eastus" in quota[0].evidence[1]
     assert report.exit_code == 1
 
 
