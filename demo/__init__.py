@@ -28,7 +28,7 @@ if TYPE_CHECKING:
 
     from lab.control import Lab
 
-__all__ = ["SCENE_MODULES", "Scene", "SceneContext", "run_demo", "scenes"]
+__all__ = ["SCENE_MODULES", "Checks", "Scene", "SceneContext", "run_demo", "scenes"]
 
 
 @dataclass(frozen=True)
@@ -46,6 +46,24 @@ class Scene:
     name: str  # what --scene takes
     title: str  # one line: the scenario and what the scene shows
     run: Callable[[SceneContext], bool]
+
+
+class Checks:
+    """A scene's self-checks, each with a name: a scene that fails says which of its checks did (on its console)."""
+
+    def __init__(self, console: Console) -> None:
+        self.console = console
+        self.failed: list[str] = []
+
+    def __call__(self, passed: object, what: str) -> bool:
+        if not passed:
+            self.failed.append(what)
+            self.console.print(f"check failed: {what}", markup=False)
+        return bool(passed)
+
+    @property
+    def ok(self) -> bool:
+        return not self.failed
 
 
 #: Scene modules in the order the demo plays them.

@@ -27,7 +27,7 @@ import httpx
 from rich.rule import Rule
 from rich.table import Table
 
-from demo import Scene, SceneContext
+from demo import Checks, Scene, SceneContext
 from lab.services.aoai import FakeAzureOpenAI, FakeDeployment
 from lab.services.aoai_burst import ResponseLog, run_burst, workload
 from remediation.aoai.analysis import analyse
@@ -78,7 +78,7 @@ def _send_with(client: Any) -> Callable[[dict[str, Any]], int]:
 
 def run(ctx: SceneContext) -> bool:
     console = ctx.console
-    ok = True
+    check = Checks(console)
     work = Path(tempfile.mkdtemp(prefix="aoai-demo-"))
     bodies = workload(120, seed=12)
     deployments = [
@@ -102,13 +102,16 @@ def run(ctx: SceneContext) -> bool:
             f"{storm.succeeded} succeeded, {storm.failed} failed {storm.errors() or ''}; {throttled} of "
             f"{len(answers)} answers were 429; p99 latency {storm.latency(99):.1f} s"
         )
-        ok &= throttled > 0
+        check(throttled > 0, "the baseline burst met 429s")
 
         console.print(Rule(f"2. invoke aoai.diagnose {log.path.name} --tpm-limit {TPM[PRIMARY]}"))
         analysis = analyse(log.path.read_text(), AoaiSettings(), tpm_limit=TPM[PRIMARY], source=str(log.path))
         console.print(render_analysis(analysis, max_minutes=8), markup=False)
         ids = {f.id for f in analysis.findings}
-        ok &= {"AOAI-429-001", "AOAI-TPM-001"} <= ids
+        check(
+            {"AOAI-429-001", "AOAI-TPM-001"} <= ids,
+            f"aoai.diagnose found AOAI-429-001 and AOAI-TPM-001 (found {sorted(ids)})",
+        )
 
         console.print(Rule("3. one 429 pasted into invoke diagnose"))
         sample = next(a for a in answers if a["status"] == 429)
@@ -117,7 +120,10 @@ def run(ctx: SceneContext) -> bool:
         triage = diagnose(pasted)
         console.print(json.dumps({k: triage.facts[k] for k in ("retry_after_seconds", "limit_kind", "deployment")}))
         console.print(render_text(triage).split("  runbook:")[0], markup=False)
-        ok &= triage.kind == "aoai-429" and triage.facts["limit_kind"] in ("tokens", "requests")
+        check(
+            triage.kind == "aoai-429" and triage.facts["limit_kind"] in ("tokens", "requests"),
+            f"the pasted 429 read as aoai-429 with its limit kind ({triage.kind}, {triage.facts.get('limit_kind')})",
+        )
 
         console.print(Rule("4. the same burst through remediation.aoai: admission queue over two deployments"))
         svc.reset()
@@ -149,7 +155,11 @@ def run(ctx: SceneContext) -> bool:
             f"{result.seconds:.1f} s (baseline {storm.seconds:.1f} s); p99 latency {result.latency(99):.1f} s"
         )
         console.print("one request record: " + json.dumps(records[-1].to_dict()), markup=False)
-        ok &= result.succeeded == len(bodies) and stats["throttled"] <= len(bodies) // 20
+        check(
+            result.succeeded == len(bodies) and stats["throttled"] <= len(bodies) // 20,
+            f"every request succeeded through the admission queue with at most {len(bodies) // 20} 429s "
+            f"(succeeded {result.succeeded} of {len(bodies)}, {stats['throttled']} 429s)",
+        )
 
         console.print(Rule("5. Azure says 'retry after 86400 seconds' on the primary"))
         svc.reset()
@@ -172,8 +182,14 @@ def run(ctx: SceneContext) -> bool:
                 f"request {record.request_id}: answered by {record.deployment} after {record.attempts} attempt(s), "
                 f"hints {list(record.hints_s)} s, cooled {list(record.cooled)}, {record.latency_s:.2f} s"
             )
-        ok &= records[0].cooled == (PRIMARY,) and records[0].deployment == OVERFLOW
-        ok &= records[1].attempts == 1 and records[1].deployment == OVERFLOW  # never sent to the cooling one
+        check(
+            records[0].cooled == (PRIMARY,) and records[0].deployment == OVERFLOW,
+            "the 86400 s Retry-After cooled the primary and the request went to the overflow",
+        )
+        check(
+            records[1].attempts == 1 and records[1].deployment == OVERFLOW,  # never sent to the cooling one
+            "the next request went straight to the overflow",
+        )
 
     console.print(Rule("6. invoke aoai.alerts --deployment gpt-4o-eastus --tpm-limit 80000 ..."))
     params = alert_parameters(
@@ -187,7 +203,7 @@ def run(ctx: SceneContext) -> bool:
         "deploy: az deployment group create -g rg-ai --template-file templates/azure/aoai-metric-alerts.json "
         "--parameters @alerts.parameters.json  (TokenTransaction > 80% of TPM; AzureOpenAIRequests StatusCode 429)"
     )
-    return bool(ok)
+    return check.ok
 
 
 SCENE = Scene("s4-aoai", "S4: an Azure OpenAI 429 storm; diagnose it, the client that keeps under the limits", run)

@@ -21,9 +21,11 @@ ACCOUNT = "/subscriptions/s/resourceGroups/rg/providers/Microsoft.CognitiveServi
 def test_scene_shows_what_it_should(tmp_path: Path) -> None:
     console = Console(file=(tmp_path / "scene.txt").open("w"), width=140)
     ctx = SceneContext(console=console, root=ROOT, lab=None, hosts=0)  # type: ignore[arg-type]  # no lab needed
-    assert SCENE.run(ctx) is True
+    passed = SCENE.run(ctx)
     console.file.close()
     shown = (tmp_path / "scene.txt").read_text()
+    assert passed is True, [line for line in shown.splitlines() if line.startswith("check failed: ")] or shown[-3000:]
+    assert "check failed" not in shown
     for text in ("AOAI-429-001", "AOAI-TPM-001", "aoai-429", "cooled ['gpt-4o-eastus']", "TokenTransaction"):
         assert text in shown
 
