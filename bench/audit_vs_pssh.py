@@ -100,7 +100,8 @@ hosts = load(sys.argv[1], "gpu")
 t1 = time.monotonic()
 result = run_audit(hosts, AuditOptions(nvml_timeout=10, timeout=120))
 t2 = time.monotonic()
-print(json.dumps({"audit_s": t2 - t1, "process_s": t2 - t0, "bad": [h.host for h in result.hosts if not h.probed]}))
+bad = {h.host: h.error for h in result.hosts if not h.probed}
+print(json.dumps({"audit_s": t2 - t1, "process_s": t2 - t0, "bad": bad}))
 """
 
 
@@ -120,7 +121,13 @@ def time_audit(inventory: Path) -> tuple[float, float, float]:
         raise SystemExit(f"audit failed: {proc.stderr[-800:]}")
     out = json.loads(proc.stdout.strip().splitlines()[-1])
     if out["bad"]:
-        raise SystemExit(f"audit could not probe {out['bad']}")
+        reasons: dict[str, list[str]] = {}
+        for host, error in out["bad"].items():
+            reasons.setdefault(str(error), []).append(host)
+        raise SystemExit(
+            f"audit could not probe {len(out['bad'])} hosts: "
+            + "; ".join(f"{len(hosts)} x {error!r} (e.g. {hosts[0]})" for error, hosts in reasons.items())
+        )
     # os.times' children figures count the child and every grandchild it waited for (ssh, ProxyCommand, ...).
     cpu = (after.children_user - before.children_user) + (after.children_system - before.children_system)
     return out["audit_s"], out["process_s"], cpu
