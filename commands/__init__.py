@@ -339,10 +339,10 @@ def audit_options(c: Any, concurrency: Any = None, timeout: Any = None) -> Any:
     from remediation.host.api import AuditOptions
 
     cfg = settings(c, AuditSettings, "audit")
+    # None (no flag, no audit.concurrency): chosen from the machine and the fleet (fanout.auto_concurrency)
+    wanted = cfg.concurrency if concurrency is None else concurrency
     return AuditOptions(
-        # None (no flag, no audit.concurrency): chosen from the machine and the fleet (fanout.auto_concurrency)
-        concurrency=None if (wanted := cfg.concurrency if concurrency is None else concurrency) is None
-        else int(positive(wanted, int, "--concurrency")),
+        concurrency=None if wanted is None else int(positive(wanted, int, "--concurrency")),
         connect_timeout=cfg.connect_timeout,
         timeout=float(positive(cfg.timeout if timeout is None else timeout, float, "--timeout")),
         nvml_timeout=cfg.nvml_timeout,
