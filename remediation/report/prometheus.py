@@ -59,7 +59,7 @@ from typing import TYPE_CHECKING
 
 from remediation.core.facts import HostFacts
 from remediation.core.findings import Finding
-from remediation.hostside.gpuprobe import (
+from remediation.hostside.gpuprobe.prom import (
     PROM_METRICS,
     prom_escape_help,
     prom_escape_label,

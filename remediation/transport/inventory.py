@@ -12,6 +12,7 @@ variables, ``ansible.cfg`` and ``ANSIBLE_*`` settings, Jinja templates in them r
 from __future__ import annotations
 
 import fnmatch
+import functools
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -118,6 +119,24 @@ def _connection_options(
         raise InventoryError(f"host {label(name)}: Ansible's ssh connection options are not usable: {exc}") from None
 
 
+@functools.cache
+def _fresh_loader_class() -> type:
+    from ansible.parsing.dataloader import DataLoader
+
+    class FreshDataLoader(DataLoader):  # type: ignore[misc]  # Ansible's classes are untyped here
+        """Ansible's DataLoader without the deep copy of data it has just parsed and not cached.
+
+        ``load_from_file`` deep-copies what it returns so that callers never share its file cache; with
+        ``cache='none'`` (how the auto and yaml inventory plugins read an inventory file) nothing was cached and the
+        copy protects nothing. With Ansible's data tags on every node it was half the time of reading a 1,000-host
+        inventory (1.7 of 3.3 CPU seconds)."""
+
+        def load_from_file(self, file_name: str, cache: str = "all", unsafe: bool = False, **kwargs: Any) -> Any:
+            return super().load_from_file(file_name, cache=cache, unsafe=unsafe or cache == "none", **kwargs)
+
+    return FreshDataLoader
+
+
 def load(inventory: str | Path, group: str = "all", limit: str | Sequence[str] | None = None) -> list[Host]:
     """Hosts of ``group`` in the inventory, narrowed by ``limit`` (comma list of names or glob patterns)."""
     path = Path(inventory)
@@ -127,10 +146,9 @@ def load(inventory: str | Path, group: str = "all", limit: str | Sequence[str] |
             " which writes inventories/lab/hosts.yml"
         )
     from ansible.inventory.manager import InventoryManager
-    from ansible.parsing.dataloader import DataLoader
     from ansible.vars.manager import VariableManager
 
-    loader = DataLoader()
+    loader = _fresh_loader_class()()
     try:
         manager = InventoryManager(loader=loader, sources=[str(path)])
     except Exception as exc:  # ansible raises many types for an unreadable inventory

@@ -3,6 +3,7 @@ the host lacks it, leaves nothing behind."""
 
 from __future__ import annotations
 
+import importlib
 import json
 import os
 import shutil
@@ -97,3 +98,59 @@ def test_bundle_serves_a_package_from_memory_before_the_hosts_own(tmp_path: Path
     assert proc.stdout.decode() == "bundled ['a', 'b'] toy.cli\n"
     with pytest.raises(ValueError, match="must be 'toy'"):
         bundle_program({"toy.cli": "", "other": ""}, "toy", False)
+
+
+#: Modules the probe's own run must not import: each costs every host of every audit 1-15 ms of CPU, and none is
+#: needed to print the facts (importlib.abc pulls importlib.resources, pathlib, tempfile and typing in with it).
+HEAVY_ON_THE_HOST = {"importlib.abc", "importlib.resources", "typing", "traceback", "socket", "base64", "gpuprobe.prom"}
+
+
+def test_the_probe_start_imports_nothing_it_does_not_need() -> None:
+    # pynvml is left out (include_pynvml=False): what it imports is the host's pynvml's business, not the probe's.
+    proc = subprocess.run(
+        [SYSTEM_PYTHON, "-I", "-S", "-X", "importtime", "-", "--skip-nvml", "--root", "/nonexistent"],
+        input=bundle(include_pynvml=False),
+        capture_output=True,
+        timeout=60,
+        check=False,
+    )
+    assert proc.returncode == 0, proc.stderr.decode()
+    assert json.loads(proc.stdout)["schema"] == "gpufleet.facts/1"
+    imported = {line.rsplit("|", 1)[-1].strip() for line in proc.stderr.decode().splitlines() if "|" in line}
+    assert {"gpuprobe.collect", "gpuprobe.packages", "subprocess"} <= imported  # the measure itself works
+    assert imported.isdisjoint(HEAVY_ON_THE_HOST), sorted(imported & HEAVY_ON_THE_HOST)
+
+
+def test_the_timer_mode_still_imports_what_it_needs(tmp_path: Path) -> None:
+    # --prom-out renders through gpuprobe.prom and writes through tempfile, both imported only on that path.
+    prom = tmp_path / "out" / "gpu.prom"
+    facts = tmp_path / "out" / "facts.json"
+    proc = subprocess.run(
+        [SYSTEM_PYTHON, "-I", "-S", "-", "--skip-nvml", "--root", "/nonexistent", "--prom-out", str(prom),
+         "--json-out", str(facts), "--host-label", "gpu-9"],
+        input=bundle(include_pynvml=False),
+        capture_output=True,
+        timeout=60,
+        check=False,
+    )
+    assert proc.returncode == 0, proc.stderr.decode()
+    assert proc.stdout == b""
+    assert 'host="gpu-9"' in prom.read_text()
+    assert json.loads(facts.read_text())["schema"] == "gpufleet.facts/1"
+    assert oct(facts.stat().st_mode & 0o777) == "0o600"
+
+
+def test_a_failing_section_still_carries_its_traceback(monkeypatch: pytest.MonkeyPatch) -> None:
+    # traceback is imported only when a section fails: the entry in errors still names where it failed.
+    # the module, not the package's re-exported function of the same name
+    collect_module = importlib.import_module("remediation.hostside.gpuprobe.collect")
+
+    def broken(*_args: object) -> None:
+        raise RuntimeError("the system section broke")
+
+    monkeypatch.setattr(collect_module, "collect_system", broken)
+    doc = collect_module.collect({"skip_nvml": True, "root": "/nonexistent"})
+    (entry,) = [e for e in doc["errors"] if e["section"] == "system"]
+    assert entry["error"] == "RuntimeError: the system section broke"
+    assert "in broken" in entry["trace"] and "Traceback" in entry["trace"]
+    assert doc["system"] is None and doc["packages"] is not None  # the other sections went on

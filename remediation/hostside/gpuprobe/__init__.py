@@ -36,6 +36,11 @@ Keep every module Python 3.8 compatible: no ``from __future__ import annotations
 annotations, no ``match``; imports of each other are relative (``from .common import ...``), so the package
 works under any name (``gpuprobe`` on a host, ``remediation.hostside.gpuprobe`` on the controller,
 ``ansible_collections.gpufleet.remediation.plugins.module_utils.gpuprobe`` in an Ansible module).
+
+Keep the probe's start light: it runs on every host of every audit, and its CPU is the host's share of the audit.
+``typing`` is imported under ``if MYPY:`` (mypy reads ``MYPY`` as true, the host never imports typing); modules
+needed only on some paths (``traceback`` for a failing section, ``tempfile`` and :mod:`.prom` for the timer's
+output files) are imported where they are used.
 """
 
 from .cli import (
@@ -123,15 +128,6 @@ from .packages import (
     find_nvidia_module,
     module_version,
     parse_dpkg_status,
-)
-from .prom import (
-    PROM_METRICS,
-    prom_escape_help,
-    prom_escape_label,
-    prom_number,
-    render_families,
-    render_prometheus,
-    render_textfile,
 )
 from .system import (
     KERNEL_RELEASE_RE,
@@ -233,3 +229,18 @@ __all__ = [
     "would_load",
     "write_atomic",
 ]
+
+#: The names :mod:`.prom` lends the package, imported on first use: the probe's own run never needs them.
+_PROM_NAMES = frozenset(
+    ("PROM_METRICS", "prom_escape_help", "prom_escape_label", "prom_number", "render_families", "render_prometheus",
+     "render_textfile")
+)
+
+
+def __getattr__(name):
+    # type: (str) -> object
+    if name in _PROM_NAMES:
+        import importlib
+
+        return getattr(importlib.import_module(__name__ + ".prom"), name)
+    raise AttributeError("module %r has no attribute %r" % (__name__, name))

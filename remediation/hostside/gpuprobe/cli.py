@@ -4,15 +4,15 @@ import argparse
 import contextlib
 import json
 import os
-import socket
 import sys
-import tempfile
 import time
-from typing import Callable, List, Optional, Tuple  # noqa: F401 - type comments
 
 from .collect import collect
 from .common import COMMAND_TIMEOUT_S, DEFAULT_NVML_TIMEOUT_S, PROBE_VERSION, SCHEMA, Options, _utc_iso
-from .prom import render_textfile
+
+MYPY = False  # True for mypy only: see the package docstring
+if MYPY:
+    from typing import Callable, List, Optional, Tuple  # noqa: F401 - type comments
 
 # Output file modes. The facts JSON holds kernel log lines (NVRM/Xid), which dmesg_restrict keeps from
 # unprivileged users: the file is root's alone, in a directory of its own. The textfile must stay readable by
@@ -36,6 +36,8 @@ def write_atomic(path, text, mode=TEXTFILE_MODE, dir_mode=TEXTFILE_DIR_MODE):
     if not os.path.isdir(directory):
         os.makedirs(directory, dir_mode)
         os.chmod(directory, dir_mode)  # makedirs' mode goes through the umask
+    import tempfile  # the timer's mode only
+
     fd, tmp = tempfile.mkstemp(dir=directory, prefix="." + os.path.basename(path) + ".", suffix=".tmp")
     try:
         os.fchmod(fd, mode)
@@ -96,7 +98,7 @@ def main(argv=None):
             "schema": SCHEMA,
             "probe_version": PROBE_VERSION,
             "collected_at": _utc_iso(time.time()),
-            "hostname": socket.gethostname(),
+            "hostname": os.uname().nodename,
             "errors": [{"section": "probe", "error": "%s: %s" % (type(exc).__name__, exc)}],
         }
     text = json.dumps(doc, indent=args.indent, sort_keys=True) + "\n"
@@ -110,6 +112,8 @@ def main(argv=None):
     if args.json_out:
         outputs.append((args.json_out, lambda: text, FACTS_FILE_MODE, FACTS_DIR_MODE))
     if args.prom_out:
+        from .prom import render_textfile  # the timer's mode only
+
         outputs.append((args.prom_out, lambda: render_textfile(doc, args.host_label), TEXTFILE_MODE, TEXTFILE_DIR_MODE))
     for path, render, mode, dir_mode in outputs:
         try:

@@ -2,11 +2,8 @@
 
 import contextlib
 import os
-import socket
 import sys
 import time
-import traceback
-from typing import Any, Callable, Dict, List  # noqa: F401 - type comments
 
 from .common import PROBE_VERSION, SCHEMA, Options, _read_text, _utc_iso
 from .devices import collect_device_users
@@ -18,6 +15,10 @@ from .nvml import _empty_nvml, collect_nvml
 from .packages import _is_installed, collect_packages, parse_dpkg_status
 from .system import collect_system
 from .unattended import collect_unattended
+
+MYPY = False  # True for mypy only: see the package docstring
+if MYPY:
+    from typing import Any, Callable, Dict, List, Optional  # noqa: F401 - type comments
 
 
 def collect(options=None):
@@ -35,7 +36,7 @@ def collect(options=None):
         "probe_version": PROBE_VERSION,
         "collected_at": _utc_iso(time.time()),
         "duration_ms": None,
-        "hostname": socket.gethostname(),
+        "hostname": os.uname().nodename,  # what socket.gethostname() returns
         "python": "%d.%d.%d" % sys.version_info[:3],
         # Who ran the probe: not 0 means other users' /proc/<pid>/fd were unreadable (no sudo): device users unknown.
         "euid": os.geteuid(),
@@ -46,6 +47,8 @@ def collect(options=None):
         try:
             return fn(*args)
         except Exception as exc:  # a broken section is data, the rest goes on
+            import traceback  # only when a section fails
+
             errors.append(
                 {"section": name, "error": "%s: %s" % (type(exc).__name__, exc), "trace": traceback.format_exc(limit=3)}
             )
@@ -60,14 +63,12 @@ def collect(options=None):
             doc["nvml"] = _empty_nvml("other", "NVML section failed: %s" % errors[-1]["error"])
     doc["system"] = section("system", collect_system, options)
     doc["secure_boot"] = section("secure_boot", collect_secure_boot, options)
-    doc["packages"] = section("packages", collect_packages, options, (doc["secure_boot"] or {}).get("enabled"))
-    installed = {}  # type: Dict[str, Any]
-    with contextlib.suppress(IOError, OSError):
-        installed = {
-            e["Package"]: e
-            for e in parse_dpkg_status(_read_text(options.path("/var/lib/dpkg/status")))
-            if _is_installed(e) and "Package" in e
-        }
+    dpkg_entries = None  # type: Optional[List[Dict[str, str]]]
+    with contextlib.suppress(IOError, OSError):  # unreadable: the packages section reads it again and says why
+        dpkg_entries = parse_dpkg_status(_read_text(options.path("/var/lib/dpkg/status")))
+    secure_boot_enabled = (doc["secure_boot"] or {}).get("enabled")
+    doc["packages"] = section("packages", collect_packages, options, secure_boot_enabled, dpkg_entries)
+    installed = {e["Package"]: e for e in dpkg_entries or () if _is_installed(e) and "Package" in e}
     doc["unattended_upgrades"] = section("unattended_upgrades", collect_unattended, options, installed)
     doc["apt_history"] = section("apt_history", collect_apt_history, options)
     boot_time = (doc.get("system") or {}).get("boot_time")

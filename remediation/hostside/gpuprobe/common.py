@@ -5,7 +5,10 @@ import datetime
 import os
 import signal
 import subprocess
-from typing import Any, Dict, Iterable, List, Optional  # noqa: F401 - type comments
+
+MYPY = False  # True for mypy only: see the package docstring
+if MYPY:
+    from typing import Any, Dict, Iterable, List, Optional  # noqa: F401 - type comments
 
 SCHEMA = "gpufleet.facts/1"
 PROBE_VERSION = "1.0.0"

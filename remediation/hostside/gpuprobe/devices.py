@@ -3,12 +3,15 @@
 import errno
 import os
 import re
-from typing import Any, Dict, List, Optional  # noqa: F401 - type comments
 
 from .common import (
     Options,  # noqa: F401 - type comments
     _read_text,
 )
+
+MYPY = False  # True for mypy only: see the package docstring
+if MYPY:
+    from typing import Any, Dict, List, Optional  # noqa: F401 - type comments
 
 # /dev/nvidia0.., /dev/nvidiactl, /dev/nvidia-uvm(-tools), /dev/nvidia-modeset, /dev/nvidia-caps/*: every CUDA
 # process opens nvidiactl and the device of each GPU it uses, so this finds jobs even while NVML fails

@@ -3,13 +3,16 @@
 import gzip
 import os
 import re
-from typing import Any, Dict, List  # noqa: F401 - type comments
 
 from .common import (
     KERNEL_FAMILY,
     Options,  # noqa: F401 - type comments
     _unrooted,
 )
+
+MYPY = False  # True for mypy only: see the package docstring
+if MYPY:
+    from typing import Any, Dict, List  # noqa: F401 - type comments
 
 APT_HISTORY_MAX_BYTES = 2 * 1024 * 1024
 

@@ -3,13 +3,16 @@
 import datetime
 import os
 import re
-from typing import Any, Dict, Iterable, List, Optional, Tuple  # noqa: F401 - type comments
 
 from .common import (
     Options,  # noqa: F401 - type comments
     _which,
     run_command,
 )
+
+MYPY = False  # True for mypy only: see the package docstring
+if MYPY:
+    from typing import Any, Dict, Iterable, List, Optional, Tuple  # noqa: F401 - type comments
 
 KERNEL_LOG_MAX_LINES = 500
 KERNEL_LOG_HEAD_LINES = 100  # when capping, keep the first lines since boot and the newest ones

@@ -3,7 +3,6 @@
 import errno
 import fcntl
 import os
-from typing import Any, Dict, List, Optional  # noqa: F401 - type comments
 
 from .common import (
     Options,  # noqa: F401 - type comments
@@ -13,6 +12,10 @@ from .common import (
     _which,
     run_command,
 )
+
+MYPY = False  # True for mypy only: see the package docstring
+if MYPY:
+    from typing import Any, Dict, List, Optional  # noqa: F401 - type comments
 
 DKMS_TIMEOUT_S = 20.0
 

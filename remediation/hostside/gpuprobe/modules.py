@@ -9,7 +9,6 @@ import re
 import select
 import subprocess
 import time
-from typing import Any, Callable, Dict, Iterable, List, Optional  # noqa: F401 - type comments
 
 from .common import (
     COMMAND_TIMEOUT_S,
@@ -19,6 +18,10 @@ from .common import (
     _which,
     run_command,
 )
+
+MYPY = False  # True for mypy only: see the package docstring
+if MYPY:
+    from typing import Any, Callable, Dict, Iterable, List, Optional  # noqa: F401 - type comments
 
 MODULE_SCAN_MAX_BYTES = 512 * 1024 * 1024
 ZSTD_TIMEOUT_S = 30.0  # decompressing one .ko.zst (an nvidia.ko is ~100 MB; zstd does several hundred MB/s)

@@ -5,9 +5,12 @@ import json
 import os
 import select
 import time
-from typing import Any, Callable, Dict, List, Optional, Tuple  # noqa: F401 - type comments
 
 from .common import REAP_GRACE_S, _kill_group, _proc_comm
+
+MYPY = False  # True for mypy only: see the package docstring
+if MYPY:
+    from typing import Any, Callable, Dict, List, Optional, Tuple  # noqa: F401 - type comments
 
 ERROR_CLASSES = (
     "none",

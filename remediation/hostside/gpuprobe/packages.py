@@ -4,7 +4,6 @@ import gzip
 import lzma
 import os
 import re
-from typing import Any, Callable, Dict, Iterable, List, Optional, Tuple  # noqa: F401 - type comments
 
 from .common import (
     KERNEL_FAMILY,
@@ -23,6 +22,10 @@ from .modules import (
     would_load,
 )
 from .system import kernel_flavour
+
+MYPY = False  # True for mypy only: see the package docstring
+if MYPY:
+    from typing import Any, Callable, Dict, Iterable, List, Optional, Tuple  # noqa: F401 - type comments
 
 MODULE_WALK_MAX_ENTRIES = 50000
 MODULE_WALK_MAX_DEPTH = 8
@@ -105,11 +108,14 @@ def _is_meta_kernel(name):
     return VERSIONED_KERNEL_PKG_RE.search(name) is None
 
 
-def collect_packages(options, secure_boot=None):
-    # type: (Options, Optional[bool]) -> Dict[str, Any]
+def collect_packages(options, secure_boot=None, entries=None):
+    # type: (Options, Optional[bool], Optional[List[Dict[str, str]]]) -> Dict[str, Any]
+    """The ``packages`` section. ``entries`` is /var/lib/dpkg/status already parsed (:func:`parse_dpkg_status`),
+    read here when None: the status file of a real host is 1-3 MB, parsed once per probe."""
     status_path = options.path("/var/lib/dpkg/status")
     try:
-        text = _read_text(status_path)
+        if entries is None:
+            entries = parse_dpkg_status(_read_text(status_path))
     except (IOError, OSError) as exc:
         return {
             "source": status_path,
@@ -123,7 +129,6 @@ def collect_packages(options, secure_boot=None):
             "driver_package_version": None,
             "driver_branch": None,
         }
-    entries = parse_dpkg_status(text)
     installed = {}  # type: Dict[str, Dict[str, str]]
     held = []  # type: List[str]
     for entry in entries:

@@ -3,7 +3,10 @@
 import calendar
 import datetime
 import socket
-from typing import Any, Callable, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple  # noqa: F401 - type comments
+
+MYPY = False  # True for mypy only: see the package docstring
+if MYPY:
+    from typing import Any, Callable, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple  # noqa: F401 - type comments
 
 # (name, type, help), in the order of the output. The controller's renderer (remediation.report.prometheus) takes
 # these definitions from here for the same metrics, and writes its textfiles with render_families too.

@@ -2,13 +2,16 @@
 
 import os
 import re
-from typing import Any, Dict, List, Optional  # noqa: F401 - type comments
 
 from .common import (
     Options,  # noqa: F401 - type comments
     _read_text_or_none,
     _utc_iso,
 )
+
+MYPY = False  # True for mypy only: see the package docstring
+if MYPY:
+    from typing import Any, Dict, List, Optional  # noqa: F401 - type comments
 
 
 def collect_system(options):

@@ -1,13 +1,16 @@
 """unattended-upgrades: the effective apt configuration (``apt-config dump``) and its dry run."""
 
 import re
-from typing import Any, Dict, List, Optional  # noqa: F401 - type comments
 
 from .common import (
     Options,  # noqa: F401 - type comments
     _which,
     run_command,
 )
+
+MYPY = False  # True for mypy only: see the package docstring
+if MYPY:
+    from typing import Any, Dict, List, Optional  # noqa: F401 - type comments
 
 SIMULATE_TIMEOUT_S = 180.0
 
