@@ -99,6 +99,24 @@ def plan(audit: AuditResult) -> HardenPlan:
     return HardenPlan(tuple(hosts))
 
 
+def audit_answers(audit: AuditResult) -> dict[str, dict[str, Any]]:
+    """What the audit has just read on each host that the playbook would otherwise ask the host again, as its extra
+    vars (data: ansible-runner hands them to the playbook as JSON): ``harden_booted_kernels`` (host -> ``uname -r``:
+    no fact gathering) and ``harden_held_packages`` (host -> the sorted names whose dpkg selection is ``hold`` in
+    /var/lib/dpkg/status, installed or not, as ``apt-mark showhold`` lists them: gpu_kernel_hold skips that command).
+    A host whose facts lack the answer (not probed, dpkg status unreadable) is left out: the playbook asks it."""
+    kernels: dict[str, str] = {}
+    held: dict[str, list[str]] = {}
+    for h in audit.hosts:
+        if h.facts is None:
+            continue
+        if h.facts.system.kernel:
+            kernels[h.host] = h.facts.system.kernel
+        if h.facts.packages.available:
+            held[h.host] = sorted(h.facts.packages.held)
+    return {"harden_booted_kernels": kernels, "harden_held_packages": held}
+
+
 def harden(
     hosts: Sequence[Host],
     inventory: str | Path,
@@ -115,13 +133,11 @@ def harden(
     the_plan = plan(before)
     if not the_plan.to_change:
         return HardenResult(before, the_plan, None, None, StopReason.NOTHING_TO_DO)
-    # The audit has just read each host's booted kernel: the playbook need not gather facts again.
-    kernels = {h.host: h.facts.system.kernel for h in before.hosts if h.facts is not None and h.facts.system.kernel}
     extravars = {
         "harden_batch": batch,
         "harden_max_fail_percentage": max_fail_percentage,
         "harden_gather_facts": False,
-        "harden_booted_kernels": kernels,
+        **audit_answers(before),
     }
     preview = None
     if check or confirm is not None:

@@ -7,18 +7,25 @@ OpenSSH verifies the lab's host keys. Each test starts from fresh hosts (``lab.c
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import re
 import subprocess
 import sys
+import textwrap
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pytest
+import yaml
 
 from lab.faults import inject
+from remediation.host.audit import AuditOptions, run_audit
+from remediation.host.harden import audit_answers
+from remediation.transport.inventory import load
 from tests.conftest import ROOT, make_lab, require_lab, ssh
 
 pytestmark = pytest.mark.lab
@@ -62,6 +69,19 @@ class Run:
 
     def changed(self, host: str) -> int:
         return self.recap[host]["changed"]
+
+    def task(self, name: str) -> str:
+        """The output of the task whose name contains ``name`` (its header to the next task's)."""
+        sections = [s for s in self.output.split("\nTASK [")[1:] if name in s.split("\n", 1)[0]]
+        assert len(sections) == 1, (name, len(sections))
+        return sections[0]
+
+    def hold_report(self, host: str) -> Any:
+        """gpu_kernel_hold_report as the role's debug task printed it for ``host`` (YAML: callback_result_format)."""
+        lines = iter(self.task("Report the holds").splitlines())
+        next(line for line in lines if line.startswith(f"ok: [{host}] =>"))
+        block = list(itertools.takewhile(lambda line: line.startswith(" "), lines))
+        return yaml.safe_load(textwrap.dedent("\n".join(block)))["gpu_kernel_hold_report"]
 
 
 @pytest.fixture(scope="module")
@@ -208,6 +228,36 @@ def test_second_run_changes_nothing(lab) -> None:  # type: ignore[no-untyped-def
     assert {h: second.changed(h) for h in HOSTS} == dict.fromkeys(HOSTS, 0)
 
 
+def test_the_audits_held_packages_give_the_plain_playbooks_end_state(lab) -> None:  # type: ignore[no-untyped-def]
+    """What invoke harden passes (the audit's booted kernel and held packages, no fact gathering) spares
+    gpu_kernel_hold its `apt-mark showhold`; the host ends with the same holds and the same report (newly_held,
+    skipped_unknown, other_holds) as a host the plain playbook hardened from the same state."""
+    for host in ("gpu-1", "gpu-2"):
+        r = ssh(lab, host, "apt-mark hold walinuxagent nvidia-utils-535")  # another hold, and one of ours already
+        assert r.returncode == 0, r.stderr
+    inventory = str(lab.cfg.inventory_path)
+    audit = run_audit(load(inventory, "gpu"), AuditOptions(nvml_timeout=5), inventory=inventory)
+    answers = audit_answers(audit)
+    assert answers["harden_held_packages"]["gpu-2"] == ["nvidia-utils-535", "walinuxagent"]
+    assert answers["harden_booted_kernels"]["gpu-2"] == BOOT_KERNEL
+
+    plain = harden(lab, "--limit", "gpu-1")
+    fed = harden(lab, "--limit", "gpu-2", extra={"harden_gather_facts": False, **answers})
+    assert plain.rc == 0, plain.output[-3000:]
+    assert fed.rc == 0, fed.output[-3000:]
+
+    assert "ok: [gpu-1]" in plain.task("Read the packages held before this run")
+    assert "skipping: [gpu-2]" in fed.task("Read the packages held before this run")  # one module run fewer
+    assert holds(lab, "gpu-2") == holds(lab, "gpu-1")
+    assert set(HELD) | {"walinuxagent"} <= set(holds(lab, "gpu-2"))
+    report = fed.hold_report("gpu-2")
+    assert report == plain.hold_report("gpu-1")
+    assert report["other_holds"] == ["walinuxagent"]
+    assert "nvidia-utils-535" in report["held"] and "nvidia-utils-535" not in report["newly_held"]
+    assert set(HELD) <= set(report["held"])
+    assert report["newly_held"] == [p for p in report["held"] if p != "nvidia-utils-535"]
+
+
 @pytest.mark.parametrize(
     ("extra", "message"),
     [
@@ -225,8 +275,13 @@ def test_second_run_changes_nothing(lab) -> None:  # type: ignore[no-untyped-def
             "argument 'gpu_kernel_hold_enabled' is of type str and we were unable to convert to bool",
         ),
         ({"nvidia_driver_pin_enabled": True}, "nvidia_driver_pin_version must be an NVIDIA driver version"),
+        # What invoke harden passes is checked too: a name that is not a package name, for the second role.
+        (
+            {"harden_held_packages": {h: ["walinuxagent", "x; rm -rf /"] for h in HOSTS}},
+            'gpu_kernel_hold_held_before has "x; rm -rf /": not a package name',
+        ),
     ],
-    ids=["invalid-regex", "matches-everything", "wrong-type-second-role", "pin-without-version"],
+    ids=["invalid-regex", "matches-everything", "wrong-type-second-role", "pin-without-version", "bad-held-name"],
 )
 def test_bad_variables_fail_before_any_change(lab, extra: dict[str, object], message: str) -> None:  # type: ignore[no-untyped-def]
     before = snapshot(lab)
