@@ -1,10 +1,11 @@
-"""Benchmark: the fleet audit against Debian's parallel-ssh running the same probe, on 30 and 100 lab hosts.
+"""Benchmark: the fleet audit against Debian's parallel-ssh running the same probe, at the same parallelism.
 
     .venv/bin/python bench/audit_vs_pssh.py [--sizes 30,100,200] [--repeat 3] [--json PATH] [--smoke]
 
 For each size: ``lab.up`` time and memory per host, then (alternating, ``--repeat`` times each) the whole
-``run_audit`` (fan-out + probe + parsing + checks) and ``parallel-ssh -p N -I`` sending the same probe bundle
-on stdin to every host (output discarded). Prints medians, the ratio audit/pssh and the growth 30 -> 100.
+``run_audit`` (fan-out + probe + parsing + checks) and ``parallel-ssh -p N -I`` (N the audit's own concurrency)
+sending the same probe bundle on stdin to every host (output discarded). Prints medians, the ratio audit/pssh and
+the growth 30 -> 100.
 
 Each audit runs in a fresh controller process (``python -c``: imports, inventory, ``run_audit``), its concurrency
 chosen from the machine as ``invoke audit``'s is; the audit time is ``run_audit``'s own (as before), the controller
@@ -65,8 +66,10 @@ def time_pssh(lab: Lab, names: list[str], probe: bytes, options: AuditOptions) -
             "parallel-ssh",
             "-h",
             str(hosts_file),
+            # The audit's own parallelism (auto_concurrency: every host at once up to 64 a core), so the two are
+            # compared at the same width; -p 1000 also runs parallel-ssh out of its own limits (8 hosts failed).
             "-p",
-            str(len(names)),
+            str(auto_concurrency(len(names))),
             "-t",
             "120",
             "-I",

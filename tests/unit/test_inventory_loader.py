@@ -80,3 +80,28 @@ def test_two_loads_share_no_data(tmp_path: Path) -> None:
     source.write_text(YAML_INVENTORY.replace("10.0.0.4", "10.0.0.40"))
     second = inventory.load(source, "gpu")
     assert first[0].address == "10.0.0.4" and second[0].address == "10.0.0.40"
+
+
+def test_the_ssh_plugin_by_its_short_name_gives_the_options_of_the_fully_qualified_one() -> None:
+    # inventory._ssh_plugin asks for "ssh" (no routing metadata to read); the options must be those of
+    # ansible.builtin.ssh for every spelling of the connection variables.
+    from ansible.playbook.play_context import PlayContext
+    from ansible.plugins.loader import connection_loader
+
+    ours = inventory._ssh_plugin()
+    fqcn = connection_loader.get("ansible.builtin.ssh", PlayContext(), None)
+    assert type(ours).__name__ == type(fqcn).__name__ == "Connection"
+    variables = [
+        {},
+        {"ansible_host": "10.0.0.4", "ansible_port": 2222, "ansible_user": "azureuser", "ansible_ssh_args": "-C",
+         "ansible_ssh_common_args": "-o ProxyJump=bastion", "ansible_ssh_extra_args": "-o ServerAliveInterval=5",
+         "ansible_ssh_private_key_file": "/etc/gpufleet/id_ed25519"},
+        {"inventory_hostname": "gpu-9", "ansible_ssh_host": "10.0.0.9", "ansible_ssh_port": 22,
+         "ansible_ssh_user": "ubuntu", "ansible_private_key_file": "/etc/gpufleet/key"},
+    ]
+    for var_options in variables:
+        ours.set_options(var_options=var_options)
+        fqcn.set_options(var_options=var_options)
+        got = {key: ours.get_option(key) for key in inventory._SSH_OPTIONS}
+        assert got == {key: fqcn.get_option(key) for key in inventory._SSH_OPTIONS}, var_options
+    assert got["host"] == "10.0.0.9" and got["remote_user"] == "ubuntu"  # the last set really was read
