@@ -71,7 +71,7 @@ def _interpreter(version: str) -> str | None:
     return None
 
 
-@pytest.mark.parametrize("version", ["3.8", "3.9", "3.10"])
+@pytest.mark.parametrize("version", ["3.8", "3.9", "3.10", "3.12"])
 def test_bundle_on_older_pythons_when_available(version: str) -> None:
     exe = _interpreter(version)
     if exe is None:
