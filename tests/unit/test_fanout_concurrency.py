@@ -79,3 +79,25 @@ def test_each_pool_thread_has_its_own_fabric_config() -> None:
         t.join()
     assert len(seen) == 4 and len({id(c) for c in seen}) == 4
     assert all(c.run.warn is True and c.load_ssh_configs is False for c in seen)  # type: ignore[attr-defined]
+
+
+def test_building_a_connection_leaves_the_threads_config_alone() -> None:
+    """Fabric's own Connection writes inline_ssh_env into its Config (no class attribute for it), and the Config then
+    re-merges every layer: a tenth of the controller's CPU per host. The fan-out's Connection keeps it an attribute,
+    so building connections modifies nothing that the thread's next connection reads."""
+    from fabric import Connection
+
+    fanout._THREAD.__dict__.pop("fabric_config", None)  # this thread's own, fresh
+    config = fanout._fabric_config()
+    FleetConnection = fanout._connection_class()
+    first = FleetConnection("10.0.0.4", user="azureuser", port=22, config=config, connect_timeout=5)
+    second = FleetConnection("10.0.0.5", user="ubuntu", port=2222, config=config, connect_timeout=5)
+    assert config._modifications == {}  # type: ignore[attr-defined]
+    assert (first.host, first.user, first.port) == ("10.0.0.4", "azureuser", 22)
+    assert (second.host, second.user, second.port, second.connect_timeout) == ("10.0.0.5", "ubuntu", 2222, 5)
+    assert second.inline_ssh_env is config.inline_ssh_env is True  # type: ignore[attr-defined]
+    assert second.gateway is None and second.config is config
+    # What the subclass avoids: Fabric's own class leaves a modification behind in the same kind of Config.
+    stock = fanout._fabric_config().clone()
+    Connection("10.0.0.6", user="azureuser", port=22, config=stock)
+    assert "inline_ssh_env" in stock._modifications  # type: ignore[attr-defined]
