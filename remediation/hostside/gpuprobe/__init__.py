@@ -175,7 +175,6 @@ __all__ = [
     "MODULE_WALK_MAX_ENTRIES",
     "NVIDIA_PACKAGE_RE",
     "PROBE_VERSION",
-    "PROM_METRICS",
     "REAP_GRACE_S",
     "SCHEMA",
     "SECURE_BOOT_EFIVAR",
@@ -214,12 +213,6 @@ __all__ = [
     "parse_os_release",
     "parse_secure_boot_efivar",
     "parse_unattended_dry_run",
-    "prom_escape_help",
-    "prom_escape_label",
-    "prom_number",
-    "render_families",
-    "render_prometheus",
-    "render_textfile",
     "run_command",
     "select_history_stanzas",
     "simulate_upgrades",
@@ -230,7 +223,8 @@ __all__ = [
     "write_atomic",
 ]
 
-#: The names :mod:`.prom` lends the package, imported on first use: the probe's own run never needs them.
+#: The names :mod:`.prom` lends the package, imported on first use: the probe's own run never needs them (not in
+#: ``__all__``, which names what the package itself defines).
 _PROM_NAMES = frozenset(
     ("PROM_METRICS", "prom_escape_help", "prom_escape_label", "prom_number", "render_families", "render_prometheus",
      "render_textfile")
