@@ -217,9 +217,10 @@ def _fabric_config() -> Any:
     """The calling thread's Fabric ``Config`` (no ssh_config files: :mod:`sshopts` reads the inventory's options;
     commands hidden and a non-zero exit returned, not raised). Fabric merges a new one for each ``Connection`` built
     without one, about a tenth of the controller's CPU per audited host in the profile (issue 25), so each pool
-    thread makes one and reuses it. Not one for the whole process: a ``Config`` merges its layers lazily on read and
-    is not safe to share between threads (shared, 13 of 1,000 hosts failed with "No attribute or config key found
-    for 'gateway'")."""
+    thread makes one and reuses it. Not one for the whole process: Fabric's own ``Connection`` wrote
+    ``inline_ssh_env`` into its ``Config``, which then re-merged every layer, and another thread reading it mid-merge
+    found keys missing (shared, 13 of 1,000 hosts failed with "No attribute or config key found for 'gateway'").
+    :func:`_connection_class` no longer writes it; one per thread stays the guard against any other write."""
     config = getattr(_THREAD, "fabric_config", None)
     if config is None:
         from fabric import Config

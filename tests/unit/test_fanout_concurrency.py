@@ -59,7 +59,7 @@ def test_aead_ciphers_are_offered_first_and_nothing_is_dropped() -> None:
 
 
 def test_each_pool_thread_has_its_own_fabric_config() -> None:
-    """Fabric's Config merges its layers lazily on read: shared by the pool's threads, 13 of 1,000 lab hosts failed
+    """A Fabric Config re-merges every layer when a Connection writes into it: shared, 13 of 1,000 lab hosts failed
     with "No attribute or config key found for 'gateway'". One per thread, reused within it."""
     import threading
 
