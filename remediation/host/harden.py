@@ -102,19 +102,10 @@ def plan(audit: AuditResult) -> HardenPlan:
 def audit_answers(audit: AuditResult) -> dict[str, dict[str, Any]]:
     """What the audit has just read on each host that the playbook would otherwise ask the host again, as its extra
     vars (data: ansible-runner hands them to the playbook as JSON): ``harden_booted_kernels`` (host -> ``uname -r``:
-    no fact gathering) and ``harden_held_packages`` (host -> the sorted names whose dpkg selection is ``hold`` in
-    /var/lib/dpkg/status, installed or not, as ``apt-mark showhold`` lists them: gpu_kernel_hold skips that command).
-    A host whose facts lack the answer (not probed, dpkg status unreadable) is left out: the playbook asks it."""
-    kernels: dict[str, str] = {}
-    held: dict[str, list[str]] = {}
-    for h in audit.hosts:
-        if h.facts is None:
-            continue
-        if h.facts.system.kernel:
-            kernels[h.host] = h.facts.system.kernel
-        if h.facts.packages.available:
-            held[h.host] = sorted(h.facts.packages.held)
-    return {"harden_booted_kernels": kernels, "harden_held_packages": held}
+    no fact gathering). A host whose facts lack the answer (not probed) is left out: the playbook asks it. (Holds are
+    not passed: gpu_kernel_hold's ``dpkg_hold`` module reads dpkg's database in the same run that sets them.)"""
+    kernels = {h.host: h.facts.system.kernel for h in audit.hosts if h.facts is not None and h.facts.system.kernel}
+    return {"harden_booted_kernels": kernels}
 
 
 def harden(

@@ -56,8 +56,8 @@ def test_tarball_holds_the_collection_and_no_project_files(built: Built) -> None
         f"remediation/hostside/gpuprobe/{name}" for name in PROBE_FILES}
     assert {n for n in members if n.startswith("plugins/")} >= {
         "plugins/modules/gpu_facts.py", "plugins/modules/nvidia_module.py", "plugins/modules/dpkg_idle.py",
-        "plugins/module_utils/gpuprobe", "plugins/filter/package_patterns.py", "plugins/filter/restore.py",
-        "plugins/lookup/host_program.py"}
+        "plugins/modules/dpkg_hold.py", "plugins/module_utils/gpuprobe", "plugins/filter/package_patterns.py",
+        "plugins/filter/restore.py", "plugins/lookup/host_program.py"}
     # No role carries plugins of its own any more: one copy of each, in plugins/.
     assert not [n for n in members if re.match(r"roles/[^/]+/(filter_plugins|library|module_utils|lookup_plugins)", n)]
     assert not [n for n in members if "__pycache__" in n or n.endswith((".pyc", ".tar.gz"))]
@@ -97,11 +97,12 @@ def test_installed_collection_keeps_the_link_and_the_modules_find_the_probe(buil
     for name in PROBE_FILES:
         assert (utils / name).read_bytes() == (PROBE / name).read_bytes(), name
     env = clean_env(home, BIN, ANSIBLE_COLLECTIONS_PATH=str(tmp_path / "collections"))
-    doc = run([str(BIN / "ansible-doc"), "--json", f"{FQCN}.gpu_facts", f"{FQCN}.nvidia_module", f"{FQCN}.dpkg_idle"],
+    doc = run([str(BIN / "ansible-doc"), "--json", f"{FQCN}.gpu_facts", f"{FQCN}.nvidia_module", f"{FQCN}.dpkg_idle",
+               f"{FQCN}.dpkg_hold"],
               cwd, env)
     assert doc.returncode == 0, doc.stderr
     docs = json.loads(doc.stdout)
-    for module in ("gpu_facts", "nvidia_module", "dpkg_idle"):
+    for module in ("gpu_facts", "nvidia_module", "dpkg_idle", "dpkg_hold"):
         entry = docs[f"{FQCN}.{module}"]
         assert entry["doc"]["filename"].startswith(str(tmp_path)), entry["doc"]["filename"]
         assert entry["examples"] and entry["return"] and entry["doc"]["short_description"]
@@ -216,7 +217,7 @@ def test_roles_playbooks_and_scenarios_use_the_collection_by_fqcn() -> None:
     """Modules and filters by FQCN, programs from the installed package: what works in the checkout then works
     from an installed collection too (a bare name resolves only through paths into a checkout)."""
     modules, filters = collection_names()
-    assert {"gpu_facts", "nvidia_module", "dpkg_idle"} <= modules
+    assert {"gpu_facts", "nvidia_module", "dpkg_idle", "dpkg_hold"} <= modules
     assert {"package_pattern_problems", "gpufleet_restore_decision"} <= filters
     bare_module = re.compile(rf"^\s*(?:-\s+)?({'|'.join(sorted(modules))}):\s*$", re.M)
     bare_filter = re.compile(rf"\|\s*({'|'.join(sorted(filters))})\b")

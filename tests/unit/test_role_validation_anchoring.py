@@ -74,6 +74,8 @@ def test_driver_pin_accepts_plain_values(tmp_path: Path) -> None:
         ({"gpu_kernel_hold_kernel_release": "\n"}, "is not a kernel release"),
         ({"gpu_kernel_hold_flavour": "generic\n"}, "is not a kernel flavour"),
         ({"gpu_kernel_hold_flavour": "\n"}, "is not a kernel flavour"),
+        ({"gpu_kernel_hold_extra_packages": ["linux-tools-azure\n"]}, "not a dpkg package name"),
+        ({"gpu_kernel_hold_extra_packages": ["libnvidia-gl-535:i386"]}, "not a dpkg package name"),
     ],
 )
 def test_kernel_hold_refuses_a_newline(tmp_path: Path, bad: dict[str, Any], message: str) -> None:
@@ -83,7 +85,8 @@ def test_kernel_hold_refuses_a_newline(tmp_path: Path, bad: dict[str, Any], mess
 
 
 def test_kernel_hold_accepts_plain_and_empty_values(tmp_path: Path) -> None:
-    for variables in ({"gpu_kernel_hold_kernel_release": "6.5.0-44-generic", "gpu_kernel_hold_flavour": "generic"},
+    for variables in ({"gpu_kernel_hold_kernel_release": "6.5.0-44-generic", "gpu_kernel_hold_flavour": "generic",
+                       "gpu_kernel_hold_extra_packages": ["linux-tools-azure", "libstdc++6", "g++-12"]},
                       {"gpu_kernel_hold_kernel_release": "", "gpu_kernel_hold_flavour": ""}):
         proc = play(tmp_path, "gpu_kernel_hold", variables, tasks_from="validate")
         assert proc.returncode == 0, (proc.stdout + proc.stderr)[-2000:]
