@@ -81,9 +81,32 @@ def make_lab(tmp: Path) -> Lab:
     return Lab(LabConfig.from_mapping(mapping, root=ROOT))
 
 
+def _busy_share(window: float) -> float:
+    """The share of the machine's CPU time that was busy over ``window`` seconds (/proc/stat, all CPUs)."""
+    def sample() -> tuple[int, int]:
+        with open("/proc/stat") as f:
+            v = [int(x) for x in f.readline().split()[1:]]
+        return sum(v), sum(v) - v[3] - v[4]
+    t0, b0 = sample()
+    time.sleep(window)
+    t1, b1 = sample()
+    return (b1 - b0) / max(1, t1 - t0)
+
+
+def settle(limit: float = 60.0, quiet: float = 0.1) -> None:
+    """Wait (at most ``limit`` s) until the machine is quiet: a lab's stop leaves the kernel tearing down its hosts'
+    mount namespaces, and the purge's files being written back, for seconds after ``lab.down`` returns. A start
+    timed during that is timed against it (runs of one size varied by a quarter)."""
+    deadline = time.monotonic() + limit
+    while _busy_share(0.5) > quiet and time.monotonic() < deadline:
+        pass
+
+
 def one_run(lab: Lab, n: int) -> tuple[float, float, float]:
     """(lab.up seconds, PSS MiB per host, CPU seconds of the start) for a fresh lab of ``n`` hosts."""
     lab.down(purge=True)
+    os.sync()
+    settle()
     cpu0 = _own_cpu()
     t0 = time.monotonic()
     lab.up(n)

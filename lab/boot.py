@@ -461,6 +461,9 @@ def boot(host_dir: Path, base_dir: Path) -> tuple[Path, str, bool]:
     run = root / "run/gpulab"
     for d in (run / "hw", root / "run/sshd", root / "run/lock"):
         d.mkdir(parents=True)
+    # What Ubuntu's tmpfiles.d/sudo.conf makes at boot (the lab runs no sudo start script: see lab/base.py).
+    (root / "run/sudo").mkdir(mode=0o711)
+    (root / "run/sudo/ts").mkdir(mode=0o700)
     bind(host_dir / "hw", run / "hw", readonly=True)
     make_dev(root)
     repo = root / "srv/gpulab-repo"
