@@ -27,13 +27,14 @@ The bundle embeds the program's modules (one for the sampler, the probe's packag
 unless told not to, the controller's ``pynvml.py`` (PyPI ``nvidia-ml-py``, one pure-Python file).  On the host a
 small import hook (first on ``sys.meta_path``) serves the embedded modules from memory, so the probe's relative
 imports (``gpuprobe.common``, ...) work as they do from a directory.  The bundle imports ``pynvml`` if the host
-has one; only when that fails does it write the embedded copy to a private temporary directory, put that
-directory first on ``sys.path`` and remove it when the program is done.  Nothing is installed on the host.
+has one; only when that fails does the same hook serve the embedded copy.  Nothing is installed or written on the
+host, not even a temporary file.
 """
 
 from __future__ import annotations
 
 import base64
+import functools
 import importlib.util
 import json
 import zlib
@@ -98,24 +99,15 @@ class _Bundled(object):
 
 
 def _run():
-    tmp = None
+    sources = json.loads(_unpack(_MODULES))
     try:
-        try:
-            import pynvml  # noqa: F401 - the host's own copy wins
-        except ImportError:
-            if _PYNVML:
-                import os, tempfile
-                tmp = tempfile.mkdtemp(prefix="{name}-")
-                with open(os.path.join(tmp, "pynvml.py"), "w") as handle:
-                    handle.write(_unpack(_PYNVML))
-                sys.path.insert(0, tmp)
-        sys.meta_path.insert(0, _Bundled(json.loads(_unpack(_MODULES))))
-        module = importlib.import_module("{name}")
-        return module.main(sys.argv[1:])
-    finally:
-        if tmp is not None:
-            import shutil
-            shutil.rmtree(tmp, ignore_errors=True)
+        import pynvml  # noqa: F401 - the host's own copy wins
+    except ImportError:
+        if _PYNVML:
+            sources["pynvml"] = _unpack(_PYNVML)  # served from memory as well: nothing is written on the host
+    sys.meta_path.insert(0, _Bundled(sources))
+    module = importlib.import_module("{name}")
+    return module.main(sys.argv[1:])
 
 
 sys.exit(_run())
@@ -140,8 +132,11 @@ def pynvml_source() -> str | None:
     return Path(spec.origin).read_text(encoding="utf-8")
 
 
+@functools.lru_cache(maxsize=8)
 def _pack(text: str) -> str:
-    return base64.b64encode(zlib.compress(text.encode("utf-8"), 9)).decode("ascii")
+    # Level 6, not 9: 1 % larger (79 against 78 KB with pynvml) and a third of the CPU (8 against 25 ms), paid
+    # by every audit, gate audit and sampler start; the same text is packed once per process.
+    return base64.b64encode(zlib.compress(text.encode("utf-8"), 6)).decode("ascii")
 
 
 def bundle_program(source: str | Mapping[str, str], name: str, include_pynvml: bool = True) -> bytes:

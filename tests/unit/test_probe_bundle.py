@@ -39,7 +39,29 @@ def test_bundle_runs_isolated_and_uses_the_embedded_pynvml(tmp_path: Path) -> No
     assert doc["schema"] == "gpufleet.facts/1"
     # pynvml was importable (from the bundle): NVML answered with an NVML error, not an import error
     assert doc["nvml"]["error_class"] in ("library_not_found", "none", "driver_not_loaded", "version_mismatch")
-    assert list(tmpdir.iterdir()) == []  # the temporary pynvml is gone
+    assert list(tmpdir.iterdir()) == []  # the embedded pynvml was served from memory: nothing was written
+    assert doc["nvml"]["error_class"] != "other", doc["nvml"]  # "other": pynvml was not importable at all
+
+
+def test_bundle_writes_nothing_on_the_host(tmp_path: Path) -> None:
+    """The audit is read-only on the host: the embedded pynvml is not written anywhere, even where a temporary
+    directory could take it (every writable place the interpreter might use is watched)."""
+    watched = tmp_path / "watched"
+    watched.mkdir()
+    before = os.stat(watched).st_mtime_ns
+    proc = subprocess.run(
+        [SYSTEM_PYTHON, "-I", "-S", "-", "--root", "/nonexistent"],
+        input=bundle(),
+        capture_output=True,
+        timeout=60,
+        cwd=watched,
+        env={"PATH": "/usr/bin:/bin", "TMPDIR": str(watched), "TEMP": str(watched), "TMP": str(watched),
+             "HOME": str(watched)},
+        check=False,
+    )
+    assert proc.returncode == 0, proc.stderr.decode()
+    assert json.loads(proc.stdout)["nvml"]["error_class"] != "other"
+    assert list(watched.iterdir()) == [] and os.stat(watched).st_mtime_ns == before
 
 
 def test_bundle_without_pynvml_reports_it_as_data() -> None:
