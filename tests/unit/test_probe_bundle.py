@@ -40,12 +40,12 @@ def test_bundle_runs_isolated_and_uses_the_embedded_pynvml(tmp_path: Path) -> No
     # pynvml was importable (from the bundle): NVML answered with an NVML error, not an import error
     assert doc["nvml"]["error_class"] in ("library_not_found", "none", "driver_not_loaded", "version_mismatch")
     assert list(tmpdir.iterdir()) == []  # the embedded pynvml was served from memory: nothing was written
-    assert doc["nvml"]["error_class"] != "other", doc["nvml"]  # "other": pynvml was not importable at all
 
 
 def test_bundle_writes_nothing_on_the_host(tmp_path: Path) -> None:
-    """The audit is read-only on the host: the embedded pynvml is not written anywhere, even where a temporary
-    directory could take it (every writable place the interpreter might use is watched)."""
+    """The audit is read-only on the host: the embedded pynvml is not written anywhere. TMPDIR, HOME and the
+    working directory all point at one watched directory, which must stay untouched (not even an entry made and
+    removed, which would move its mtime)."""
     watched = tmp_path / "watched"
     watched.mkdir()
     before = os.stat(watched).st_mtime_ns
