@@ -31,7 +31,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from . import packages
-from .config import LOGIN_UID, LOGIN_USER, LabConfig
+from .config import LOGIN_UID, LOGIN_USER, PYNVML_PATH, LabConfig
 from .errors import LabError
 
 LAB_DIR = Path(__file__).resolve().parent
@@ -530,7 +530,7 @@ def _install_lab_files(root: Path, native: dict[str, Path], release: str = packa
     _put(root, "/usr/lib/gpulab/libgpulab-uname.so", native["uname"], 0o755)
     _put(root, "/etc/ld.so.preload", "/usr/lib/gpulab/libgpulab-uname.so\n")
     # pynvml, as a host with the NVIDIA Python bindings would have it.
-    _put(root, "/usr/lib/python3/dist-packages/pynvml.py", _pynvml_source())
+    _put(root, PYNVML_PATH, _pynvml_source())
     _put(
         root,
         "/etc/ssh/sshd_config.d/10-gpulab.conf",

@@ -28,7 +28,9 @@ DEFAULT_DRIVER_BRANCH = "535"
 RELEASES = ("jammy", "noble")
 DEFAULT_RELEASE = "jammy"
 #: Per-host settings of ``host_overrides`` that the lab itself reads (not Ansible variables).
-HOST_SETTINGS = ("release",)
+HOST_SETTINGS = ("release", "pynvml")
+#: Where an image with the NVIDIA Python bindings has them (Debian's and Ubuntu's ``python3-*`` path).
+PYNVML_PATH = "/usr/lib/python3/dist-packages/pynvml.py"
 
 
 def default_flavour(sku: str) -> str:
@@ -69,6 +71,9 @@ class LabConfig:
     secure_boot: bool = False  # new hosts are Trusted Launch VMs (Secure Boot on)
     driver_branch: str = ""  # NVIDIA driver branch of new hosts: 535 | 535-server | 535-open; empty: 535
     release: str = DEFAULT_RELEASE  # Ubuntu release of new hosts: jammy (22.04) | noble (24.04)
+    # New hosts' image has the NVIDIA Python bindings (pynvml in dist-packages); false: as a stock Azure Ubuntu
+    # image with the NVIDIA driver, which has none (host_overrides.<host>.pynvml wins).
+    pynvml: bool = True
     boot_delay: float = 1.0  # seconds a rebooting host stays down
     ready_timeout: float = 30.0  # seconds lab.up waits for every sshd (per 100 hosts, for a lab of more than 100)
     inventory_path: Path = Path("inventories/lab/hosts.yml")
@@ -136,6 +141,20 @@ class LabConfig:
             )
         return chosen
 
+    def host_pynvml(self, name: str) -> bool:
+        """Whether new host ``name``'s image has pynvml: ``host_overrides[<host>].pynvml``, else ``lab.pynvml``."""
+        settings = self.host_overrides.get(name, {})
+        if "pynvml" not in settings:
+            return self.pynvml
+        value = settings["pynvml"]
+        if isinstance(value, bool):
+            return value
+        if isinstance(value, str) and value.strip().lower() in ("true", "false"):
+            return value.strip().lower() == "true"
+        raise LabError(
+            f"host_overrides.{name}.pynvml is {value!r}: use true (the image has pynvml) or false (it has none)"
+        )
+
     def validate(self) -> LabConfig:
         if self.flavour:
             self.host_flavour()
@@ -151,6 +170,7 @@ class LabConfig:
         for name, settings in self.host_overrides.items():
             if "release" in settings:
                 self.host_release(str(name))
+            self.host_pynvml(str(name))
         try:
             net = ipaddress.ip_address(f"{self.address_prefix}.1")
         except ValueError:
@@ -187,6 +207,7 @@ class LabConfig:
             boot_delay=float(cfg.boot_delay),
             ready_timeout=float(cfg.ready_timeout),
             secure_boot=_bool(cfg.secure_boot),
+            pynvml=_bool(cfg.pynvml),
             driver_branch=str(cfg.driver_branch or ""),
             release=str(cfg.release).strip().lower(),
         )

@@ -12,6 +12,7 @@ import os
 import re
 import shutil
 import socket
+import stat
 import struct
 import subprocess
 import sys
@@ -33,7 +34,7 @@ from cryptography.hazmat.primitives.serialization import (
 
 from . import hardware, inventory, packages
 from .base import Base, ensure_base, ensure_release
-from .config import LOGIN_UID, LOGIN_USER, LabConfig, LabPaths
+from .config import LOGIN_UID, LOGIN_USER, PYNVML_PATH, LabConfig, LabPaths
 from .errors import LabError
 
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
@@ -57,6 +58,7 @@ class HostStatus:
     flavour: str = "generic"
     secure_boot: bool = False
     release: str = "jammy"
+    pynvml: bool = True  # the image has the NVIDIA Python bindings (lab.pynvml, host_overrides.<host>.pynvml)
 
 
 @dataclass(frozen=True)
@@ -195,17 +197,18 @@ class Lab:
 
     def create_host(
         self, index: int, flavour: str = "generic", secure_boot: bool = False, driver_branch: str = "",
-        release: str = "jammy",
+        release: str = "jammy", pynvml: bool = True,
     ) -> None:
-        """Create a host's disk, keys and firmware. Its kernel flavour, Ubuntu release, Trusted Launch setting and
-        driver branch are fixed here (the branch is installed once the host runs: :meth:`provision_driver_branch`)."""
+        """Create a host's disk, keys and firmware. Its kernel flavour, Ubuntu release, Trusted Launch setting,
+        driver branch and whether its image has pynvml are fixed here (the branch is installed once the host runs:
+        :meth:`provision_driver_branch`)."""
         name = host_name(index)
         hdir = self.paths.host(name)
         keys = hdir / "keys"
         keys.mkdir(parents=True, exist_ok=True)
         if not (keys / "ssh_host_ed25519_key").exists():
             _write_host_key(keys / "ssh_host_ed25519_key", f"root@{name}")
-        self._fresh_upper(name, index)
+        self._fresh_upper(name, index, pynvml)
         (hdir / "hw").mkdir(exist_ok=True)
         hardware.write_state(hdir / "hw/gpus", hardware.healthy_state(name, self.cfg.sku))
         (hdir / "faults").write_text("")
@@ -218,6 +221,7 @@ class Lab:
             "secure_boot": secure_boot,
             "driver_branch": packages.check_branch(driver_branch or packages.DRIVER_BRANCH),
             "release": release,
+            "pynvml": pynvml,
         }
         # A Trusted Launch host is provisioned with Secure Boot off (its signed NVIDIA module is installed first,
         # see provision_signed_module), then turned on.
@@ -225,7 +229,7 @@ class Lab:
         (hdir / "panic-above").unlink(missing_ok=True)
         (hdir / "host.json").write_text(json.dumps(spec, indent=2) + "\n")
 
-    def _fresh_upper(self, name: str, index: int) -> None:
+    def _fresh_upper(self, name: str, index: int, pynvml: bool = True) -> None:
         hdir = self.paths.host(name)
         for d in ("upper", "work"):
             if (hdir / d).exists():
@@ -237,6 +241,12 @@ class Lab:
         (up / "etc/hostname").write_text(name + "\n")
         (up / "etc/hosts").write_text(f"127.0.0.1\tlocalhost\n{self.cfg.address(index)}\t{name}\n")
         (up / "etc/ssh/sshd_config.d/20-gpulab-listen.conf").write_text(f"ListenAddress {self.cfg.address(index)}\n")
+        if not pynvml:
+            # An image without the NVIDIA Python bindings: an overlay whiteout (a 0:0 character device in the
+            # upper directory) hides the base's pynvml.py, so the host has no such file, as a stock image has none.
+            gone = up / PYNVML_PATH.lstrip("/")
+            gone.parent.mkdir(parents=True, exist_ok=True)
+            os.mknod(gone, stat.S_IFCHR | 0o000, os.makedev(0, 0))
         for suffix in ("", ".pub"):
             src = hdir / "keys" / f"ssh_host_ed25519_key{suffix}"
             dst = up / "etc/ssh" / src.name
@@ -359,6 +369,7 @@ class Lab:
         branches = {host_name(i): self.cfg.host_driver_branch(host_name(i), driver_branch) for i in range(1, count + 1)}
         trusted = self.cfg.secure_boot if secure_boot is None else secure_boot
         releases = {host_name(i): self.cfg.host_release(host_name(i), release) for i in range(1, count + 1)}
+        images = {host_name(i): self.cfg.host_pynvml(host_name(i)) for i in range(1, count + 1)}
         for tool in ("unshare", "nsenter", "ssh-keygen", "gcc"):
             if shutil.which(tool) is None:
                 raise LabError(f"{tool} not found: install the lab's Debian packages (the README's setup command)")
@@ -387,7 +398,7 @@ class Lab:
             # A few threads: creating a host is file system calls (they release the GIL) and one key generation.
             with ThreadPoolExecutor(max_workers=4) as pool:
                 jobs = [
-                    pool.submit(self.create_host, i, new_flavour, trusted, branches[n], releases[n])
+                    pool.submit(self.create_host, i, new_flavour, trusted, branches[n], releases[n], images[n])
                     for i, n in ((i, host_name(i)) for i in range(1, count + 1))
                     if n not in existing
                 ]
@@ -502,6 +513,7 @@ class Lab:
                     flavour=str(spec.get("flavour", "generic")),
                     secure_boot=bool(self.firmware(name).get("secure_boot", False)),
                     release=str(spec.get("release", "jammy")),
+                    pynvml=bool(spec.get("pynvml", True)),
                 )
             )
         return out
@@ -600,7 +612,7 @@ class Lab:
         spec = self.spec(name)
         with self.locked():
             self.request("stop", [name])
-            self._fresh_upper(name, spec["index"])
+            self._fresh_upper(name, spec["index"], bool(spec.get("pynvml", True)))
             hardware.write_state(self.paths.host(name) / "hw/gpus", hardware.healthy_state(name, spec["sku"]))
             (self.paths.host(name) / "faults").write_text("")
             (self.paths.host(name) / "panic-above").unlink(missing_ok=True)

@@ -104,7 +104,9 @@ def address_prefix(scenario: str, root: Path = PROJECT_ROOT) -> str:
     )
 
 
-def make_lab(scenario: str, root: Path = PROJECT_ROOT, prefix: str | None = None) -> Lab:
+def make_lab(
+    scenario: str, root: Path = PROJECT_ROOT, prefix: str | None = None, without_pynvml: Sequence[str] = ()
+) -> Lab:
     state = state_dir(scenario, root)
     cache = os.environ.get("GPULAB_CACHE_DIR") or str(root / ".lab" / "cache")
     cfg = LabConfig.from_mapping(
@@ -115,6 +117,7 @@ def make_lab(scenario: str, root: Path = PROJECT_ROOT, prefix: str | None = None
             "boot_delay": 0.3,
             "inventory_path": str(state / "inventory" / "hosts.yml"),
             "flavour": "generic",
+            "host_overrides": {name: {"pynvml": False} for name in without_pynvml},
         },
         root=root,
     )
@@ -141,9 +144,21 @@ def _write(path: Path, text: str) -> None:
     os.replace(tmp, path)
 
 
-def up(scenario: str, hosts: int, instance_config_path: Path | None, root: Path = PROJECT_ROOT) -> Lab:
+def up(
+    scenario: str,
+    hosts: int,
+    instance_config_path: Path | None,
+    root: Path = PROJECT_ROOT,
+    without_pynvml: Sequence[str] = (),
+) -> Lab:
+    names = [f"gpu-{i}" for i in range(1, hosts + 1)]
+    strays = sorted(set(without_pynvml) - set(names))
+    if strays:
+        raise LabError(
+            f"--without-pynvml {', '.join(strays)}: not one of this scenario's hosts ({names[0]} .. {names[-1]})"
+        )
     prefix = address_prefix(scenario, root)
-    lab = make_lab(scenario, root, prefix)
+    lab = make_lab(scenario, root, prefix, without_pynvml)
     if lab.existing_hosts():  # Molecule scenarios start from fresh hosts: purge what a failed run left
         lab.down(purge=True)
     lab.paths.state.mkdir(parents=True, exist_ok=True)
@@ -173,6 +188,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--scenario", required=True, help="Molecule scenario name (one lab per scenario)")
     parser.add_argument("--hosts", type=int, default=2, help="hosts gpu-1 .. gpu-N (up)")
     parser.add_argument(
+        "--without-pynvml",
+        action="append",
+        default=[],
+        metavar="HOST",
+        help="a host whose image has no pynvml, as a stock Azure Ubuntu image (up; repeatable)",
+    )
+    parser.add_argument(
         "--instance-config",
         default=os.environ.get("MOLECULE_INSTANCE_CONFIG"),
         help="Molecule instance config to write (default: $MOLECULE_INSTANCE_CONFIG)",
@@ -181,7 +203,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     path = Path(args.instance_config) if args.instance_config else None
     try:
         if args.verb == "up":
-            lab = up(args.scenario, args.hosts, path)
+            lab = up(args.scenario, args.hosts, path, without_pynvml=args.without_pynvml)
             print(f"{args.scenario}: {args.hosts} host(s) on {lab.cfg.address_prefix}.N,"
                   f" known_hosts {lab.paths.known_hosts}")
         elif args.verb == "down":

@@ -28,7 +28,7 @@ def print_lab_status(hosts: Sequence[HostStatus]) -> None:
         console.print("no lab hosts (run `invoke lab.up`)")
         return
     table = Table(title="lab hosts")
-    for col in ("host", "address", "state", "ssh", "release", "kernel", "boots", "boot id", "faults"):
+    for col in ("host", "address", "state", "ssh", "release", "pynvml", "kernel", "boots", "boot id", "faults"):
         table.add_column(col)
     for h in hosts:
         table.add_row(
@@ -37,6 +37,7 @@ def print_lab_status(hosts: Sequence[HostStatus]) -> None:
             h.state,
             "yes" if h.ssh else "no",
             h.release,
+            "yes" if h.pynvml else "none",
             h.kernel or "-",
             str(h.boots),
             (h.boot_id or "-")[:8],

@@ -283,3 +283,20 @@ def test_ssh_listeners_read_from_the_kernel_tcp_table(tmp_path: Path) -> None:
     table.write_text("  sl  local_address rem_address   st tx_queue rx_queue tr tm->when retrnsmt   uid  timeout\n"
                      + "".join(rows))
     assert ssh_listeners(str(table)) == {"127.12.1.1"}
+
+
+def test_whether_a_new_host_has_pynvml_follows_its_override_then_the_config() -> None:
+    cfg = LabConfig.from_mapping({"pynvml": "false", "host_overrides": {"gpu-2": {"pynvml": True}}}, root=Path("/x"))
+    assert (cfg.host_pynvml("gpu-1"), cfg.host_pynvml("gpu-2")) == (False, True)
+    assert LabConfig(host_overrides={"gpu-3": {"pynvml": "False"}}).host_pynvml("gpu-3") is False
+    assert LabConfig().host_pynvml("gpu-1") is True  # the default image has the bindings, as before
+    with pytest.raises(LabError, match=r"host_overrides\.gpu-3\.pynvml is 'no': use true .* or false"):
+        LabConfig(host_overrides={"gpu-3": {"pynvml": "no"}}).validate()
+
+
+def test_molecule_lab_refuses_a_host_without_pynvml_that_the_scenario_does_not_have(tmp_path: Path) -> None:
+    from lab import molecule
+
+    with pytest.raises(LabError, match=r"--without-pynvml gpu-3: not one of this scenario's hosts \(gpu-1 \.\. gpu-2"):
+        molecule.up("demo-scenario", 2, None, root=tmp_path, without_pynvml=["gpu-3"])
+    assert not (tmp_path / ".lab").exists()  # refused before anything was made
