@@ -20,8 +20,10 @@ description:
   - NVML is queried in a forked child that is killed after O(nvml_timeout) seconds, so a hung driver cannot
     hang the play. NVML failures are data (C(gpufleet.nvml.ok) false and C(gpufleet.nvml.error_class)), not a
     module failure.
-  - The module only reads; it never changes the host. It needs the C(pynvml) Python module (PyPI
-    C(nvidia-ml-py)) on the target for the NVML section; without it that section reports
+  - The module only reads; it never changes the host. The NVML section needs the C(pynvml) Python module (PyPI
+    C(nvidia-ml-py)). Where the target has none (a stock Azure Ubuntu image has none), the module's action plugin
+    sends the controller's C(pynvml.py) (from the Python that runs Ansible) with the module's arguments, and the
+    module loads it from memory; nothing is written on the target. Without either, that section reports
     C(error_class=other).
 options:
   nvml_timeout:
@@ -48,7 +50,7 @@ attributes:
     support: full
 requirements:
   - Python >= 3.8 on the target
-  - pynvml (nvidia-ml-py) on the target, for the NVML section
+  - pynvml (nvidia-ml-py) on the target or in the Python that runs Ansible, for the NVML section
 notes:
   - The probe is the collection's module_utils package C(gpuprobe), the same package the SSH audit and the
     C(gpufleet.remediation.gpu_probe_timer) role run.
@@ -101,7 +103,11 @@ ansible_facts:
 
 # Ansible's module layout: imports follow the documentation blocks.
 from ansible.module_utils.basic import AnsibleModule  # noqa: E402
-from ansible_collections.gpufleet.remediation.plugins.module_utils.gpuprobe import SCHEMA, collect  # noqa: E402
+from ansible_collections.gpufleet.remediation.plugins.module_utils.gpuprobe import (  # noqa: E402
+    SCHEMA,
+    collect,
+    serve_pynvml,
+)
 
 
 def main():
@@ -109,12 +115,15 @@ def main():
         argument_spec=dict(
             nvml_timeout=dict(type="float", default=10.0),
             simulate_upgrades=dict(type="bool", default=False),
+            # Set by the action plugin: the controller's pynvml.py, packed, for a target without its own.
+            _pynvml=dict(type="str", default=None, no_log=True),
         ),
         supports_check_mode=True,
     )
     if module.params["nvml_timeout"] <= 0:
         module.fail_json(msg=f"nvml_timeout must be a positive number of seconds, got {module.params['nvml_timeout']}")
     try:
+        serve_pynvml(module.params["_pynvml"])
         doc = collect(
             {"nvml_timeout": module.params["nvml_timeout"], "simulate_upgrades": module.params["simulate_upgrades"]}
         )

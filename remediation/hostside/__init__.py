@@ -51,6 +51,7 @@ __all__ = [
     "bundle",
     "bundle_program",
     "probe_source",
+    "pynvml_packed",
     "pynvml_source",
 ]
 
@@ -130,6 +131,14 @@ def pynvml_source() -> str | None:
     if spec is None or spec.origin is None or not spec.origin.endswith(".py"):
         return None
     return Path(spec.origin).read_text(encoding="utf-8")
+
+
+def pynvml_packed() -> str | None:
+    """The controller's ``pynvml.py`` packed as the bundle packs it (zlib, then base64), or None when it is not
+    installed: what the ``gpu_facts`` action plugin sends with the module's arguments, for
+    :func:`gpuprobe.nvml.serve_pynvml` on a host without its own."""
+    text = pynvml_source()
+    return _pack(text) if text is not None else None
 
 
 @functools.lru_cache(maxsize=8)

@@ -19,7 +19,8 @@ import pytest
 
 from lab.faults import inject
 from remediation.core.skus import expected_gpu_count
-from tests.conftest import ROOT, make_lab, require_lab
+from remediation.hostside import pynvml_packed
+from tests.conftest import ROOT, make_lab, require_lab, ssh
 
 BIN = Path(sys.executable).parent
 MODULE = "gpufleet.remediation.gpu_facts"
@@ -53,7 +54,9 @@ def run_module(lab: Any, home: Path, *args: str, limit: str = "gpu") -> dict[str
 @pytest.fixture(scope="module")
 def facts_lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
     require_lab()
-    lab = make_lab(tmp_path_factory.mktemp("gpu-facts-lab"), "127.0.44", 2)
+    # gpu-2 runs a stock Azure Ubuntu image: no pynvml, so the module uses the copy its action plugin sends.
+    lab = make_lab(tmp_path_factory.mktemp("gpu-facts-lab"), "127.0.44", 2,
+                   host_overrides={"gpu-2": {"pynvml": False}})
     try:
         yield lab
     finally:
@@ -78,6 +81,12 @@ def test_facts_of_healthy_hosts(facts_lab: Any, tmp_path: Path) -> None:
         assert nvml["device_count"] == 2 == expected_gpu_count(facts_lab.cfg.sku)
         assert [g["index"] for g in nvml["gpus"]] == [0, 1]
         assert facts["errors"] == []
+    # gpu-2 has no pynvml of its own: NVML answered above through the controller's copy, which no result shows.
+    own = ssh(facts_lab, "gpu-2", "python3 -c 'import pynvml'")
+    assert own.returncode != 0 and "No module named 'pynvml'" in own.stderr
+    assert ssh(facts_lab, "gpu-1", "python3 -c 'import pynvml'").returncode == 0
+    packed = pynvml_packed()
+    assert packed is not None and packed not in json.dumps(results)
 
 
 @pytest.mark.lab

@@ -8,11 +8,12 @@ import json
 import os
 import shutil
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 
-from remediation.hostside import PROBE_PATH, bundle, bundle_program, probe_source, pynvml_source
+from remediation.hostside import PROBE_PATH, bundle, bundle_program, probe_source, pynvml_packed, pynvml_source
 
 SYSTEM_PYTHON = shutil.which("python3", path="/usr/bin:/bin") or "python3"
 
@@ -176,3 +177,28 @@ def test_a_failing_section_still_carries_its_traceback(monkeypatch: pytest.Monke
     assert entry["error"] == "RuntimeError: the system section broke"
     assert "in broken" in entry["trace"] and "Traceback" in entry["trace"]
     assert doc["system"] is None and doc["packages"] is not None  # the other sections went on
+
+
+_SERVE = (
+    "import json, sys; sys.path.insert(0, sys.argv[1]); from gpuprobe.nvml import serve_pynvml;"
+    " served = serve_pynvml(sys.stdin.read()); import pynvml;"
+    " print(json.dumps([served, pynvml.__file__, hasattr(pynvml, 'nvmlInit')]))"
+)
+
+
+@pytest.mark.parametrize("isolated", [True, False])
+def test_the_modules_copy_of_pynvml_is_used_only_where_the_host_has_none(isolated: bool, tmp_path: Path) -> None:
+    """What the gpu_facts module does with the controller's pynvml its action plugin sends (pynvml_packed)."""
+    packed = pynvml_packed()
+    assert packed is not None
+    python = [SYSTEM_PYTHON, "-I", "-S"] if isolated else [sys.executable]
+    proc = subprocess.run([*python, "-c", _SERVE, str(PROBE_PATH.parent)], input=packed, capture_output=True,
+                          text=True, timeout=60, check=False, cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    served, origin, complete = json.loads(proc.stdout)
+    assert complete
+    if isolated:  # no pynvml of its own: the sent copy, from memory
+        assert (served, origin) == (True, "<pynvml from the controller>")
+        assert list(tmp_path.iterdir()) == []
+    else:  # its own wins
+        assert served is False and origin == importlib.util.find_spec("pynvml").origin  # type: ignore[union-attr]

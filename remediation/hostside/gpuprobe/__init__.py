@@ -111,6 +111,7 @@ from .nvml import (
     CLOCK_EVENT_REASONS,
     ERROR_CLASSES,
     collect_nvml,
+    serve_pynvml,
 )
 from .packages import (
     BRANCH_PACKAGE_RE,
@@ -215,6 +216,7 @@ __all__ = [
     "parse_unattended_dry_run",
     "run_command",
     "select_history_stanzas",
+    "serve_pynvml",
     "simulate_upgrades",
     "split_history_stanzas",
     "unattended_from_config",

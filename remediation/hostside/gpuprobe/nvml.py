@@ -25,6 +25,47 @@ ERROR_CLASSES = (
 )
 
 
+class _SourceLoader(object):
+    """Serves one module from its source text, in memory: a finder and loader by protocol (find_spec,
+    create_module, exec_module), as importlib.abc would define them."""
+
+    def __init__(self, name, source):
+        self.name, self.source = name, source
+
+    def find_spec(self, fullname, path=None, target=None):
+        import importlib.machinery
+
+        if fullname != self.name:
+            return None
+        return importlib.machinery.ModuleSpec(fullname, self, origin="<%s from the controller>" % fullname)
+
+    def create_module(self, spec):
+        return None
+
+    def exec_module(self, module):
+        module.__file__ = "<%s from the controller>" % module.__name__
+        # The controller's own pynvml.py (the gpu_facts action plugin sent it), as the SSH bundle runs its copy.
+        exec(compile(self.source, module.__name__ + ".py", "exec", dont_inherit=True), module.__dict__)  # noqa: S102
+
+
+def serve_pynvml(packed):
+    # type: (Optional[str]) -> bool
+    """Where the host has no ``pynvml`` of its own, make ``import pynvml`` load the controller's copy
+    (``packed``: its text, zlib-compressed and base64-encoded, as :func:`remediation.hostside.pynvml_packed`
+    packs it) from memory; nothing is written on the host. Returns whether the copy is now what ``import pynvml``
+    loads (False when the host has its own, which wins, or nothing was sent)."""
+    import binascii
+    import importlib.util
+    import sys
+    import zlib
+
+    if not packed or importlib.util.find_spec("pynvml") is not None:
+        return False
+    source = zlib.decompress(binascii.a2b_base64(packed)).decode("utf-8")
+    sys.meta_path.append(_SourceLoader("pynvml", source))
+    return True
+
+
 # NVML return codes (nvml.h); duplicated so the parent never imports pynvml.
 _NVML_ERROR_NOT_SUPPORTED = 3
 _NVML_ERROR_DRIVER_NOT_LOADED = 9
