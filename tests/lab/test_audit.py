@@ -15,7 +15,7 @@ from lab.faults import FAULTS, inject
 from remediation.host.audit import AuditOptions, run_audit
 from remediation.transport.fanout import Status
 from remediation.transport.inventory import load
-from tests.conftest import ROOT, make_lab, require_lab
+from tests.conftest import ROOT, make_lab, require_lab, ssh
 
 pytestmark = pytest.mark.lab
 
@@ -32,6 +32,10 @@ EXPECTED = {
     "apt-lock": "GPU-APT-001",
     "hang": "GPU-DRV-006",
 }
+# Hosts whose image has no pynvml, as a stock Azure Ubuntu image has none: the probe uses the copy in its bundle.
+# The faults NVML reports, so the finding test proves them through that copy; and one more healthy host.
+STOCK_HEALTHY = f"gpu-{len(MATRIX) + 2}"
+STOCK_IMAGE = {h for h, f in MATRIX.items() if f in ("thermal", "gpu-missing", "memory-full", "hang")} | {STOCK_HEALTHY}
 NVML_TIMEOUT = 3.0
 HOST_TIMEOUT = 20.0
 
@@ -39,7 +43,8 @@ HOST_TIMEOUT = 20.0
 @pytest.fixture(scope="module")
 def fleet(tmp_path_factory: pytest.TempPathFactory) -> Iterator[object]:
     require_lab()
-    lab = make_lab(tmp_path_factory.mktemp("audit"), "127.0.46", len(MATRIX) + 1)
+    lab = make_lab(tmp_path_factory.mktemp("audit"), "127.0.46", len(MATRIX) + 2,
+                   host_overrides={h: {"pynvml": False} for h in STOCK_IMAGE})
     try:
         for host, fault in MATRIX.items():
             inject(lab, host, fault)
@@ -91,6 +96,22 @@ def test_fault_matrix_each_fault_is_its_own_finding(fleet) -> None:  # type: ign
         if fault != "unreachable":
             assert _probe_processes(fleet, host) == [], host
     assert result.exit_code() == 1
+
+
+def test_a_host_without_pynvml_is_audited_through_the_bundles_own(fleet) -> None:  # type: ignore[no-untyped-def]
+    for host in ("gpu-1", STOCK_HEALTHY):
+        r = ssh(fleet, host, "python3 -c 'import pynvml'")
+        assert (r.returncode == 0) == (host not in STOCK_IMAGE), (host, r.stderr)
+    assert "No module named 'pynvml'" in ssh(fleet, STOCK_HEALTHY, "python3 -c 'import pynvml'").stderr
+    hosts = load(fleet.cfg.inventory_path, "gpu", limit=f"gpu-1,{STOCK_HEALTHY}")
+    result = run_audit(hosts, AuditOptions(nvml_timeout=NVML_TIMEOUT, timeout=HOST_TIMEOUT))
+    with_own, stock = result.host("gpu-1"), result.host(STOCK_HEALTHY)
+    assert stock.status is Status.OK and stock.facts is not None and with_own.facts is not None, stock.error
+    assert not stock.facts.nvml.failed
+    assert (stock.facts.nvml.driver_version, len(stock.facts.nvml.gpus)) == (
+        with_own.facts.nvml.driver_version, len(with_own.facts.nvml.gpus))
+    assert len(stock.facts.nvml.gpus) > 0
+    assert {f.id for f in stock.findings} == {f.id for f in with_own.findings}
 
 
 def test_s1_finding_names_the_package_and_who_installed_it(fleet) -> None:  # type: ignore[no-untyped-def]
