@@ -29,8 +29,9 @@ class ActionModule(ActionBase):
     def run(self, tmp: Any = None, task_vars: dict[str, Any] | None = None) -> dict[str, Any]:
         result: dict[str, Any] = super().run(tmp, task_vars)
         args = dict(self._task.args)
+        args.pop("_pynvml", None)  # the plugin's to set, never a task's
         packed = _packed_pynvml()
-        if packed is not None and "_pynvml" not in args:
+        if packed is not None:
             args["_pynvml"] = packed
         result.update(
             self._execute_module(
