@@ -161,12 +161,11 @@ def bundle_program(source: str | Mapping[str, str], name: str, include_pynvml: b
     if name not in sources or any(key != name and not key.startswith(name + ".") for key in sources):
         raise ValueError(f"bundle_program: the modules must be {name!r} and {name!r}.<module>: {sorted(sources)}")
     packages = sorted(key for key in sources if any(other.startswith(key + ".") for other in sources))
-    pynvml_text = pynvml_source() if include_pynvml else None
     program = _BUNDLE_TEMPLATE.format(
         name=name,
         modules=_pack(json.dumps(sources, sort_keys=True)),
         packages=packages,
-        pynvml=_pack(pynvml_text) if pynvml_text is not None else "",
+        pynvml=(pynvml_packed() if include_pynvml else None) or "",
     )
     return program.encode("utf-8")
 
